@@ -1,0 +1,191 @@
+"""Local cluster: reward, K rollout workers and the learner as separate OS processes (and a
+redis-server when none answers). Every process is started by this launcher and stopped by its
+own pid — on exit, on Ctrl-C, or when one of them dies.
+
+``service_command`` is the single definition of how a service is started; docker-compose.yml
+runs the same commands (a test checks it).
+"""
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import redis
+
+from brorl.rpc import wait_serving
+
+log = logging.getLogger(__name__)
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+SERVICE_MODULES = {"reward": "services.reward", "rollout": "services.rollout", "learner": "services.learner"}
+
+
+def service_command(service: str, overrides: dict[str, object] | None = None) -> list[str]:
+    """argv that starts ``service`` with ``key=value`` overrides."""
+    args = [f"{k}={v}" for k, v in (overrides or {}).items()]
+    return [sys.executable, "-m", SERVICE_MODULES[service], *args]
+
+
+@dataclass
+class Proc:
+    name: str
+    popen: subprocess.Popen
+    log_path: Path
+
+
+@dataclass
+class ClusterSpec:
+    model: str
+    workdir: Path
+    rollout_workers: int = 2
+    redis_url: str = "redis://127.0.0.1:6379/0"
+    reward_port: int = 50052
+    rollout_base_port: int = 50061
+    learner_port: int = 50053
+    host: str = "127.0.0.1"
+    rollout_overrides: dict = field(default_factory=dict)
+    learner_overrides: dict = field(default_factory=dict)
+    threads_per_process: int = 0   # 0: leave torch/OMP defaults
+
+
+class Cluster:
+    """Context manager: ``with Cluster(spec) as c: c.learner_address``."""
+
+    def __init__(self, spec: ClusterSpec):
+        self.spec = spec
+        self.procs: list[Proc] = []
+        self.logs = spec.workdir / "logs"
+        self.redis_url = spec.redis_url
+
+    @property
+    def learner_address(self) -> str:
+        return f"{self.spec.host}:{self.spec.learner_port}"
+
+    @property
+    def reward_address(self) -> str:
+        return f"{self.spec.host}:{self.spec.reward_port}"
+
+    def rollout_address(self, i: int) -> str:
+        return f"{self.spec.host}:{self.spec.rollout_base_port + i}"
+
+    def __enter__(self) -> "Cluster":
+        try:
+            self.start()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+    def _env(self) -> dict:
+        env = dict(os.environ)
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), env.get("PYTHONPATH")]))
+        env.setdefault("PYTHONUNBUFFERED", "1")
+        if self.spec.threads_per_process:
+            env["OMP_NUM_THREADS"] = str(self.spec.threads_per_process)
+        return env
+
+    def _spawn(self, name: str, argv: list[str]) -> Proc:
+        self.logs.mkdir(parents=True, exist_ok=True)
+        log_path = self.logs / f"{name}.log"
+        out = open(log_path, "ab")
+        # Own process group: a Ctrl-C in the terminal reaches the launcher, which stops children itself.
+        popen = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, cwd=REPO_ROOT, env=self._env(),
+                                 start_new_session=True)
+        out.close()
+        proc = Proc(name, popen, log_path)
+        self.procs.append(proc)
+        log.info("started %s (pid %d), log %s", name, popen.pid, log_path)
+        return proc
+
+    def ensure_redis(self) -> None:
+        try:
+            redis.Redis.from_url(self.redis_url, socket_connect_timeout=1).ping()
+            return
+        except redis.RedisError:
+            pass
+        server = shutil.which("redis-server")
+        if not server:
+            raise RuntimeError(f"no Redis at {self.redis_url} and no redis-server binary to start one")
+        port = redis.connection.parse_url(self.redis_url).get("port", 6379)
+        self._spawn("redis", [server, "--port", str(port), "--save", "", "--appendonly", "no",
+                              "--bind", "127.0.0.1"])
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            try:
+                redis.Redis.from_url(self.redis_url, socket_connect_timeout=1).ping()
+                return
+            except redis.RedisError:
+                time.sleep(0.1)
+        raise RuntimeError(f"started redis-server but {self.redis_url} does not answer")
+
+    def start(self) -> None:
+        s = self.spec
+        self.ensure_redis()
+        self._spawn("reward", service_command("reward", {"bind": self.reward_address}))
+        for i in range(s.rollout_workers):
+            self._spawn(f"rollout-{i}", service_command("rollout", {
+                "model": s.model, "bind": self.rollout_address(i), "redis_url": self.redis_url,
+                "reward_address": self.reward_address, **s.rollout_overrides}))
+        self._spawn("learner", service_command("learner", {
+            "bind": self.learner_address, "redis_url": self.redis_url,
+            "runs_dir": str(s.workdir / "runs"), **s.learner_overrides}))
+        self.wait_ready()
+
+    def wait_ready(self, timeout: float = 300.0) -> None:
+        deadline = time.monotonic() + timeout
+        targets = [("reward", self.reward_address), ("learner", self.learner_address)]
+        targets += [(f"rollout-{i}", self.rollout_address(i)) for i in range(self.spec.rollout_workers)]
+        for name, address in targets:
+            while True:
+                self.check_alive()
+                try:
+                    wait_serving(address, timeout=min(5.0, max(deadline - time.monotonic(), 0.1)))
+                    break
+                except TimeoutError:
+                    if time.monotonic() > deadline:
+                        raise TimeoutError(f"{name} at {address} not ready after {timeout:.0f}s; see {self.logs}/{name}.log")
+
+    def check_alive(self) -> None:
+        for p in self.procs:
+            code = p.popen.poll()
+            if code is not None:
+                tail = p.log_path.read_text(errors="replace").splitlines()[-15:]
+                raise RuntimeError(f"{p.name} (pid {p.popen.pid}) exited with code {code}; last log lines:\n"
+                                   + "\n".join(tail))
+
+    def stop(self, grace: float = 10.0) -> None:
+        for p in reversed(self.procs):
+            if p.popen.poll() is None:
+                try:
+                    os.kill(p.popen.pid, signal.SIGTERM)
+                except ProcessLookupError:
+                    pass
+        deadline = time.monotonic() + grace
+        for p in reversed(self.procs):
+            try:
+                p.popen.wait(timeout=max(deadline - time.monotonic(), 0.1))
+            except subprocess.TimeoutExpired:
+                # vLLM's engine processes are children of the service: end the whole group.
+                try:
+                    os.killpg(p.popen.pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+                p.popen.wait()
+            log.info("stopped %s (pid %d)", p.name, p.popen.pid)
+        # Anything the services left behind in their process groups (vLLM engine cores).
+        for p in self.procs:
+            try:
+                os.killpg(p.popen.pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+        self.procs.clear()

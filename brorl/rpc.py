@@ -1,0 +1,112 @@
+"""gRPC plumbing shared by every service: server construction with health and reflection,
+one error translator, and client channels whose calls always carry a deadline."""
+from __future__ import annotations
+
+import functools
+import inspect
+import logging
+import time
+from concurrent import futures
+from typing import Callable, Iterable
+
+import grpc
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection
+
+from brorl.errors import BrorlError
+
+log = logging.getLogger(__name__)
+
+# Large enough for a group of 1024 paths with token ids and logprobs.
+MAX_MESSAGE_BYTES = 256 * 1024 * 1024
+CHANNEL_OPTIONS = [
+    ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
+    ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
+]
+DEFAULT_DEADLINE_S = 30.0
+
+
+def _abort_for(exc: Exception, context: grpc.ServicerContext, method: str):
+    if isinstance(exc, BrorlError):
+        context.abort(exc.code, str(exc))
+    log.exception("unexpected error in %s", method)
+    context.abort(grpc.StatusCode.INTERNAL, f"internal error in {method}: {type(exc).__name__}: {exc}")
+
+
+def translate_errors(fn: Callable) -> Callable:
+    """Decorate a servicer method: domain errors become their status, anything else INTERNAL."""
+    if inspect.isgeneratorfunction(fn):
+        @functools.wraps(fn)
+        def stream_wrapper(self, request, context):
+            try:
+                yield from fn(self, request, context)
+            except Exception as exc:  # noqa: BLE001 - the one translation point
+                if isinstance(exc, grpc.RpcError) or context.code() is not None:
+                    raise
+                _abort_for(exc, context, fn.__name__)
+        return stream_wrapper
+
+    @functools.wraps(fn)
+    def unary_wrapper(self, request, context):
+        try:
+            return fn(self, request, context)
+        except Exception as exc:  # noqa: BLE001 - the one translation point
+            if isinstance(exc, grpc.RpcError):
+                raise
+            _abort_for(exc, context, fn.__name__)
+    return unary_wrapper
+
+
+class Server:
+    """A grpc.Server with health (starts NOT_SERVING) and reflection for ``service_names``."""
+
+    def __init__(self, bind: str, service_names: Iterable[str], max_workers: int = 16):
+        self.service_names = list(service_names)
+        self.grpc = grpc.server(futures.ThreadPoolExecutor(max_workers=max_workers), options=CHANNEL_OPTIONS)
+        self.health = health.HealthServicer()
+        health_pb2_grpc.add_HealthServicer_to_server(self.health, self.grpc)
+        reflection.enable_server_reflection(
+            self.service_names + [health_pb2.DESCRIPTOR.services_by_name["Health"].full_name,
+                                  reflection.SERVICE_NAME], self.grpc)
+        self.port = self.grpc.add_insecure_port(bind)
+        if self.port == 0:
+            raise OSError(f"cannot bind gRPC server to {bind}")
+        self.set_serving(False)
+
+    def set_serving(self, serving: bool) -> None:
+        status = health_pb2.HealthCheckResponse.SERVING if serving else health_pb2.HealthCheckResponse.NOT_SERVING
+        for name in self.service_names + [""]:
+            self.health.set(name, status)
+
+    def start(self) -> "Server":
+        self.grpc.start()
+        return self
+
+    def stop(self, grace: float = 2.0) -> None:
+        self.set_serving(False)
+        self.grpc.stop(grace).wait()
+
+    def wait(self) -> None:
+        self.grpc.wait_for_termination()
+
+
+def channel(address: str) -> grpc.Channel:
+    return grpc.insecure_channel(address, options=CHANNEL_OPTIONS)
+
+
+def wait_serving(address: str, service: str = "", timeout: float = 120.0) -> None:
+    """Block until the health service at ``address`` reports SERVING; TimeoutError otherwise."""
+    deadline = time.monotonic() + timeout
+    last = "no answer"
+    with channel(address) as ch:
+        stub = health_pb2_grpc.HealthStub(ch)
+        while time.monotonic() < deadline:
+            try:
+                resp = stub.Check(health_pb2.HealthCheckRequest(service=service), timeout=2.0)
+                if resp.status == health_pb2.HealthCheckResponse.SERVING:
+                    return
+                last = health_pb2.HealthCheckResponse.ServingStatus.Name(resp.status)
+            except grpc.RpcError as exc:
+                last = exc.code().name
+            time.sleep(0.25)
+    raise TimeoutError(f"{address} ({service or 'server'}) not SERVING after {timeout:.0f}s (last: {last})")

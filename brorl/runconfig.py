@@ -1,0 +1,64 @@
+"""The run config a client hands to LearnerService.StartRun (YAML or JSON).
+
+It lives in the shared core so any client can validate a config before sending it; the
+learner validates it again and answers INVALID_ARGUMENT naming the field.
+"""
+from __future__ import annotations
+
+from pydantic import Field
+
+from brorl.config import StrictModel, parse_text, validate
+
+
+class SamplingConfig(StrictModel):
+    n: int = Field(512, ge=1, le=4096, description="Paths sampled per prompt (BroRL: 256-1024).")
+    temperature: float = Field(1.0, ge=0.0, le=5.0, description="Sampling temperature; the learner scores log-probs at the same one.")
+    top_k: int = Field(-1, ge=-1, description="Top-k cut-off; -1 disables.")
+    top_p: float = Field(1.0, gt=0.0, le=1.0, description="Nucleus cut-off.")
+    max_tokens: int = Field(16, ge=1, le=32768, description="New tokens per path.")
+    stop: list[str] = Field(default_factory=list, description="Stop strings.")
+
+
+class DataConfig(StrictModel):
+    train_path: str = Field(..., description="JSONL file of {\"prompt\": ..., \"reference\": ...} rows.")
+    shuffle_seed: int = Field(0, description="Seed of the prompt order (a new permutation each epoch).")
+
+
+class TrainConfig(StrictModel):
+    steps: int = Field(100, ge=1, description="Policy updates in this run.")
+    groups_per_step: int = Field(1, ge=1, description="Prompt groups (each of n paths) in one update.")
+    lr: float = Field(1e-4, gt=0.0, le=1.0, description="Adam learning rate.")
+    weight_decay: float = Field(0.0, ge=0.0, description="AdamW weight decay.")
+    clip_low: float = Field(0.2, ge=0.0, le=1.0, description="PPO clip below: ratio >= 1 - clip_low.")
+    clip_high: float = Field(0.2, ge=0.0, le=10.0, description="PPO clip above: ratio <= 1 + clip_high.")
+    kl_coef: float = Field(0.0, ge=0.0, description="Weight of the KL to the initial (reference) policy; 0 loads no reference model.")
+    kl_estimator: str = Field("k3", pattern="^(k1|k2|k3)$", description="KL estimator: k1, k2 or k3.")
+    normalize_std: bool = Field(True, description="Divide group advantages by the group's reward std (GRPO).")
+    off_policy: str = Field("clip", pattern="^(clip|tis)$", description="Correction for paths sampled by older weights: 'clip' takes the PPO ratio against the sampling log-probs; 'tis' takes it against the learner's recomputed log-probs times a truncated importance weight.")
+    tis_cap: float = Field(2.0, gt=0.0, description="Cap of the truncated importance weight (off_policy='tis').")
+    max_grad_norm: float = Field(1.0, gt=0.0, description="Gradient clipping.")
+    micro_batch_paths: int = Field(256, ge=1, description="Paths per forward/backward chunk (memory bound).")
+    seed: int = Field(0, description="Torch seed of the learner.")
+
+
+class AsyncConfig(StrictModel):
+    max_staleness: int = Field(2, ge=0, description="Groups generated more than this many weight versions ago are dropped (counted).")
+    publish_every: int = Field(1, ge=1, description="Publish a weight version every this many updates.")
+    max_inflight_groups: int = Field(4, ge=1, description="Prompt jobs enqueued but not yet consumed (bounds staleness and Redis size).")
+    group_timeout_s: float = Field(600.0, gt=0, description="Fail the run if no group arrives for this long.")
+
+
+class RunConfig(StrictModel):
+    model: str = Field(..., description="Hugging Face model directory of the initial policy (the rollout workers load the same).")
+    data: DataConfig
+    reward_fn: str = Field("math_answer", min_length=1, description="Reward function name in the reward service's registry.")
+    sampling: SamplingConfig = Field(default_factory=SamplingConfig)
+    train: TrainConfig = Field(default_factory=TrainConfig)
+    asynchrony: AsyncConfig = Field(default_factory=AsyncConfig, alias="async")
+    checkpoint_every: int = Field(0, ge=0, description="Checkpoint every this many updates (0: only on request and at the end).")
+
+    model_config = StrictModel.model_config | {"populate_by_name": True}
+
+
+def parse_run_config(text: str) -> RunConfig:
+    return validate(RunConfig, parse_text(text, source="config_yaml"))

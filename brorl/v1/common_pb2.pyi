@@ -1,0 +1,151 @@
+from google.protobuf.internal import containers as _containers
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class SamplingParams(_message.Message):
+    __slots__ = ("n", "temperature", "top_k", "top_p", "max_tokens", "seed", "stop")
+    N_FIELD_NUMBER: _ClassVar[int]
+    TEMPERATURE_FIELD_NUMBER: _ClassVar[int]
+    TOP_K_FIELD_NUMBER: _ClassVar[int]
+    TOP_P_FIELD_NUMBER: _ClassVar[int]
+    MAX_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    SEED_FIELD_NUMBER: _ClassVar[int]
+    STOP_FIELD_NUMBER: _ClassVar[int]
+    n: int
+    temperature: float
+    top_k: int
+    top_p: float
+    max_tokens: int
+    seed: int
+    stop: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, n: _Optional[int] = ..., temperature: _Optional[float] = ..., top_k: _Optional[int] = ..., top_p: _Optional[float] = ..., max_tokens: _Optional[int] = ..., seed: _Optional[int] = ..., stop: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class Path(_message.Message):
+    __slots__ = ("path_id", "prompt_id", "group_id", "token_ids", "logprobs", "text", "finish_reason", "weight_version", "sampling", "reward", "reward_components", "reward_status", "worker")
+    class RewardComponentsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: float
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[float] = ...) -> None: ...
+    PATH_ID_FIELD_NUMBER: _ClassVar[int]
+    PROMPT_ID_FIELD_NUMBER: _ClassVar[int]
+    GROUP_ID_FIELD_NUMBER: _ClassVar[int]
+    TOKEN_IDS_FIELD_NUMBER: _ClassVar[int]
+    LOGPROBS_FIELD_NUMBER: _ClassVar[int]
+    TEXT_FIELD_NUMBER: _ClassVar[int]
+    FINISH_REASON_FIELD_NUMBER: _ClassVar[int]
+    WEIGHT_VERSION_FIELD_NUMBER: _ClassVar[int]
+    SAMPLING_FIELD_NUMBER: _ClassVar[int]
+    REWARD_FIELD_NUMBER: _ClassVar[int]
+    REWARD_COMPONENTS_FIELD_NUMBER: _ClassVar[int]
+    REWARD_STATUS_FIELD_NUMBER: _ClassVar[int]
+    WORKER_FIELD_NUMBER: _ClassVar[int]
+    path_id: str
+    prompt_id: str
+    group_id: str
+    token_ids: _containers.RepeatedScalarFieldContainer[int]
+    logprobs: _containers.RepeatedScalarFieldContainer[float]
+    text: str
+    finish_reason: str
+    weight_version: int
+    sampling: SamplingParams
+    reward: float
+    reward_components: _containers.ScalarMap[str, float]
+    reward_status: str
+    worker: str
+    def __init__(self, path_id: _Optional[str] = ..., prompt_id: _Optional[str] = ..., group_id: _Optional[str] = ..., token_ids: _Optional[_Iterable[int]] = ..., logprobs: _Optional[_Iterable[float]] = ..., text: _Optional[str] = ..., finish_reason: _Optional[str] = ..., weight_version: _Optional[int] = ..., sampling: _Optional[_Union[SamplingParams, _Mapping]] = ..., reward: _Optional[float] = ..., reward_components: _Optional[_Mapping[str, float]] = ..., reward_status: _Optional[str] = ..., worker: _Optional[str] = ...) -> None: ...
+
+class PathGroup(_message.Message):
+    __slots__ = ("run_id", "group_id", "prompt_id", "prompt", "prompt_token_ids", "reference", "paths", "weight_version", "worker", "generate_seconds", "score_seconds")
+    RUN_ID_FIELD_NUMBER: _ClassVar[int]
+    GROUP_ID_FIELD_NUMBER: _ClassVar[int]
+    PROMPT_ID_FIELD_NUMBER: _ClassVar[int]
+    PROMPT_FIELD_NUMBER: _ClassVar[int]
+    PROMPT_TOKEN_IDS_FIELD_NUMBER: _ClassVar[int]
+    REFERENCE_FIELD_NUMBER: _ClassVar[int]
+    PATHS_FIELD_NUMBER: _ClassVar[int]
+    WEIGHT_VERSION_FIELD_NUMBER: _ClassVar[int]
+    WORKER_FIELD_NUMBER: _ClassVar[int]
+    GENERATE_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    SCORE_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    run_id: str
+    group_id: str
+    prompt_id: str
+    prompt: str
+    prompt_token_ids: _containers.RepeatedScalarFieldContainer[int]
+    reference: str
+    paths: _containers.RepeatedCompositeFieldContainer[Path]
+    weight_version: int
+    worker: str
+    generate_seconds: float
+    score_seconds: float
+    def __init__(self, run_id: _Optional[str] = ..., group_id: _Optional[str] = ..., prompt_id: _Optional[str] = ..., prompt: _Optional[str] = ..., prompt_token_ids: _Optional[_Iterable[int]] = ..., reference: _Optional[str] = ..., paths: _Optional[_Iterable[_Union[Path, _Mapping]]] = ..., weight_version: _Optional[int] = ..., worker: _Optional[str] = ..., generate_seconds: _Optional[float] = ..., score_seconds: _Optional[float] = ...) -> None: ...
+
+class PromptJob(_message.Message):
+    __slots__ = ("run_id", "job_id", "group_id", "prompt_id", "prompt", "reference", "sampling", "reward_fn", "learner_step")
+    RUN_ID_FIELD_NUMBER: _ClassVar[int]
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    GROUP_ID_FIELD_NUMBER: _ClassVar[int]
+    PROMPT_ID_FIELD_NUMBER: _ClassVar[int]
+    PROMPT_FIELD_NUMBER: _ClassVar[int]
+    REFERENCE_FIELD_NUMBER: _ClassVar[int]
+    SAMPLING_FIELD_NUMBER: _ClassVar[int]
+    REWARD_FN_FIELD_NUMBER: _ClassVar[int]
+    LEARNER_STEP_FIELD_NUMBER: _ClassVar[int]
+    run_id: str
+    job_id: str
+    group_id: str
+    prompt_id: str
+    prompt: str
+    reference: str
+    sampling: SamplingParams
+    reward_fn: str
+    learner_step: int
+    def __init__(self, run_id: _Optional[str] = ..., job_id: _Optional[str] = ..., group_id: _Optional[str] = ..., prompt_id: _Optional[str] = ..., prompt: _Optional[str] = ..., reference: _Optional[str] = ..., sampling: _Optional[_Union[SamplingParams, _Mapping]] = ..., reward_fn: _Optional[str] = ..., learner_step: _Optional[int] = ...) -> None: ...
+
+class WeightVersion(_message.Message):
+    __slots__ = ("version", "uri", "sha256", "kind", "base_version", "created_ms", "bytes")
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    URI_FIELD_NUMBER: _ClassVar[int]
+    SHA256_FIELD_NUMBER: _ClassVar[int]
+    KIND_FIELD_NUMBER: _ClassVar[int]
+    BASE_VERSION_FIELD_NUMBER: _ClassVar[int]
+    CREATED_MS_FIELD_NUMBER: _ClassVar[int]
+    BYTES_FIELD_NUMBER: _ClassVar[int]
+    version: int
+    uri: str
+    sha256: str
+    kind: str
+    base_version: int
+    created_ms: int
+    bytes: int
+    def __init__(self, version: _Optional[int] = ..., uri: _Optional[str] = ..., sha256: _Optional[str] = ..., kind: _Optional[str] = ..., base_version: _Optional[int] = ..., created_ms: _Optional[int] = ..., bytes: _Optional[int] = ...) -> None: ...
+
+class Metric(_message.Message):
+    __slots__ = ("run_id", "step", "time", "values", "event", "message")
+    class ValuesEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: float
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[float] = ...) -> None: ...
+    RUN_ID_FIELD_NUMBER: _ClassVar[int]
+    STEP_FIELD_NUMBER: _ClassVar[int]
+    TIME_FIELD_NUMBER: _ClassVar[int]
+    VALUES_FIELD_NUMBER: _ClassVar[int]
+    EVENT_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    run_id: str
+    step: int
+    time: float
+    values: _containers.ScalarMap[str, float]
+    event: str
+    message: str
+    def __init__(self, run_id: _Optional[str] = ..., step: _Optional[int] = ..., time: _Optional[float] = ..., values: _Optional[_Mapping[str, float]] = ..., event: _Optional[str] = ..., message: _Optional[str] = ...) -> None: ...

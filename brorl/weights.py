@@ -1,0 +1,98 @@
+"""The weight store: one directory per published version, visible only when complete.
+
+A producer writes a version's files (safetensors) into a staging directory, then ``commit``
+hashes them into ``manifest.json``, writes the ``STABLE`` marker and renames the directory
+into place atomically. Readers resolve a WeightVersion pointer (kept in Redis) and call
+``verify`` before loading. The store never imports torch: it moves and checks files.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import time
+from pathlib import Path
+
+from brorl.errors import FailedPrecondition
+from brorl.v1 import common_pb2
+
+MANIFEST = "manifest.json"
+STABLE = "STABLE"
+
+
+def sha256_file(path: Path, chunk: int = 1 << 20) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while block := f.read(chunk):
+            h.update(block)
+    return h.hexdigest()
+
+
+class WeightStore:
+    def __init__(self, root: str | Path):
+        self.root = Path(root)
+        self.root.mkdir(parents=True, exist_ok=True)
+
+    def version_dir(self, version: int) -> Path:
+        return self.root / f"v{version:08d}"
+
+    def staging_dir(self, version: int) -> Path:
+        path = self.root / f".staging-v{version:08d}-{os.getpid()}"
+        if path.exists():
+            shutil.rmtree(path)
+        path.mkdir(parents=True)
+        return path
+
+    def commit(self, version: int, staging: Path, kind: str = "full", base_version: int = 0,
+               meta: dict | None = None) -> common_pb2.WeightVersion:
+        """Hash the staged files, write manifest + STABLE and move the version into place."""
+        files = {p.name: {"sha256": sha256_file(p), "bytes": p.stat().st_size}
+                 for p in sorted(staging.iterdir()) if p.is_file()}
+        if not files:
+            raise FailedPrecondition(f"staging directory {staging} holds no files")
+        manifest = {"version": version, "kind": kind, "base_version": base_version,
+                    "files": files, "meta": meta or {}, "created": time.time()}
+        (staging / MANIFEST).write_text(json.dumps(manifest, indent=1, sort_keys=True))
+        digest = sha256_file(staging / MANIFEST)
+        (staging / STABLE).write_text(digest)
+        final = self.version_dir(version)
+        if final.exists():
+            shutil.rmtree(final)
+        os.replace(staging, final)
+        return common_pb2.WeightVersion(
+            version=version, uri=str(final.resolve()), sha256=digest, kind=kind,
+            base_version=base_version, created_ms=int(manifest["created"] * 1000),
+            bytes=sum(f["bytes"] for f in files.values()))
+
+    @staticmethod
+    def verify(pointer: common_pb2.WeightVersion) -> Path:
+        """Return the version's directory after checking marker, manifest hash and every file."""
+        path = Path(pointer.uri)
+        if not (path / STABLE).is_file():
+            raise FailedPrecondition(f"weight version {pointer.version} at {path} is not complete (no STABLE marker)")
+        digest = sha256_file(path / MANIFEST)
+        if digest != pointer.sha256:
+            raise FailedPrecondition(f"weight version {pointer.version}: manifest sha256 {digest} != pointer {pointer.sha256}")
+        manifest = json.loads((path / MANIFEST).read_text())
+        for name, info in manifest["files"].items():
+            if sha256_file(path / name) != info["sha256"]:
+                raise FailedPrecondition(f"weight version {pointer.version}: file {name} is corrupt")
+        return path
+
+    def prune(self, keep: int) -> None:
+        """Delete all but the newest ``keep`` complete versions."""
+        versions = sorted(p for p in self.root.glob("v*") if (p / STABLE).exists())
+        for old in versions[:-keep] if keep > 0 else []:
+            shutil.rmtree(old, ignore_errors=True)
+
+
+def publish_pointer(client, key: str, pointer: common_pb2.WeightVersion) -> None:
+    client.set(key, pointer.SerializeToString())
+
+
+def read_pointer(client, key: str) -> common_pb2.WeightVersion | None:
+    raw = client.get(key)
+    if not raw:
+        return None
+    return common_pb2.WeightVersion.FromString(raw)

@@ -1,0 +1,33 @@
+"""Publishing weight versions (weight store + Redis pointer) and the final HF export."""
+from __future__ import annotations
+
+import logging
+import time
+from pathlib import Path
+
+from brorl.v1 import common_pb2
+from brorl.weights import WeightStore, publish_pointer
+
+log = logging.getLogger(__name__)
+
+
+def publish_version(model, store: WeightStore, redis_client, pointer_key: str, version: int,
+                    step: int) -> common_pb2.WeightVersion:
+    """Write the policy's weights as ``version`` and point the rollout workers at it."""
+    start = time.perf_counter()
+    staging = store.staging_dir(version)
+    # save_pretrained handles tied embeddings (one tensor written once) and writes safetensors.
+    model.save_pretrained(staging, safe_serialization=True)
+    pointer = store.commit(version, staging, meta={"step": step})
+    publish_pointer(redis_client, pointer_key, pointer)
+    log.info("published weight version %d (%.1f MB) in %.2fs", version, pointer.bytes / 1e6,
+             time.perf_counter() - start)
+    return pointer
+
+
+def export_final(model, tokenizer_dir: str, out: Path) -> Path:
+    """The run's final policy in Hugging Face format, tokenizer included."""
+    from transformers import AutoTokenizer
+    model.save_pretrained(out, safe_serialization=True)
+    AutoTokenizer.from_pretrained(tokenizer_dir).save_pretrained(out)
+    return out

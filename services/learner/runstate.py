@@ -1,0 +1,63 @@
+"""A run's observable state: metrics (JSONL on disk + in memory for WatchRun) and status."""
+from __future__ import annotations
+
+import json
+import threading
+import time
+from pathlib import Path
+
+from brorl.v1 import common_pb2
+
+
+class RunState:
+    def __init__(self, run_id: str, run_dir: Path, total_steps: int):
+        self.run_id = run_id
+        self.run_dir = run_dir
+        self.total_steps = total_steps
+        self.state = "running"
+        self.message = ""
+        self.step = 0
+        self.weight_version = 0
+        self.last: dict[str, float] = {}
+        self._metrics: list[common_pb2.Metric] = []
+        self._cond = threading.Condition()
+        self._file = open(run_dir / "metrics.jsonl", "a", buffering=1)
+        self.stop_requested = threading.Event()
+        self.checkpoint_requested = threading.Event()
+        self.checkpoint_done = threading.Condition()
+        self.last_checkpoint: tuple[str, int] | None = None
+
+    def emit(self, values: dict[str, float], event: str = "", message: str = "") -> None:
+        metric = common_pb2.Metric(run_id=self.run_id, step=self.step, time=time.time(),
+                                   values={k: float(v) for k, v in values.items()}, event=event, message=message)
+        self._file.write(json.dumps({"step": self.step, "time": metric.time, "event": event,
+                                     "message": message, **metric.values}) + "\n")
+        with self._cond:
+            self.last.update(metric.values)
+            self._metrics.append(metric)
+            self._cond.notify_all()
+
+    def finish(self, state: str, message: str = "") -> None:
+        self.state, self.message = state, message
+        self.emit({}, event="done" if state == "finished" else state, message=message)
+        self._file.close()
+
+    @property
+    def ended(self) -> bool:
+        return self.state != "running"
+
+    def watch(self, from_step: int = 0, is_active=lambda: True):
+        """Yield metrics with step >= from_step, then new ones as they come, until the run ends."""
+        index = 0
+        while True:
+            with self._cond:
+                while index >= len(self._metrics) and not self.ended and is_active():
+                    self._cond.wait(timeout=1.0)
+                batch = self._metrics[index:]
+                index = len(self._metrics)
+                ended = self.ended
+            for m in batch:
+                if m.step >= from_step:
+                    yield m
+            if (ended and index >= len(self._metrics)) or not is_active():
+                return

@@ -1,0 +1,69 @@
+"""DeepSpeed, and only here: its JSON is built from the learner config, never hand-edited.
+
+On CPU the accelerator is selected with DS_ACCELERATOR=cpu before deepspeed is imported, and a
+single learner process initialises a one-rank gloo group itself (no launcher needed); under
+``torchrun``/``deepspeed`` the launcher's RANK/WORLD_SIZE are used instead.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import socket
+
+log = logging.getLogger(__name__)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def init_distributed() -> None:
+    import torch
+    if not torch.cuda.is_available():
+        os.environ.setdefault("DS_ACCELERATOR", "cpu")
+    if "RANK" not in os.environ:
+        os.environ.update(RANK="0", WORLD_SIZE="1", LOCAL_RANK="0", MASTER_ADDR="127.0.0.1",
+                          MASTER_PORT=str(_free_port()))
+    import deepspeed
+    import torch.distributed as dist
+    if not dist.is_initialized():
+        deepspeed.init_distributed(dist_backend="nccl" if torch.cuda.is_available() else "gloo")
+
+
+def ds_config(train, zero_stage: int) -> dict:
+    """DeepSpeed JSON from a brorl TrainConfig. Micro-batches are driven by the learner, which
+    marks the accumulation boundary itself, so DeepSpeed sees one micro-batch per step."""
+    return {
+        "train_micro_batch_size_per_gpu": 1,
+        "gradient_accumulation_steps": 1,
+        "gradient_clipping": train.max_grad_norm,
+        "zero_optimization": {"stage": zero_stage},
+        "steps_per_print": 10 ** 9,
+        "wall_clock_breakdown": False,
+    }
+
+
+def build_engine(model, train, zero_stage: int = 0):
+    """Wrap ``model`` in a DeepSpeed engine with AdamW; returns the engine."""
+    import torch
+    init_distributed()
+    import deepspeed
+    # A client AdamW avoids JIT-compiling FusedAdam on CPU (about a minute on first use).
+    optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=train.lr,
+                                  weight_decay=train.weight_decay, betas=(0.9, 0.99))
+    engine, _, _, _ = deepspeed.initialize(model=model, optimizer=optimizer, config=ds_config(train, zero_stage))
+    log.info("DeepSpeed engine ready (ZeRO %d, %s)", zero_stage, type(engine.optimizer).__name__)
+    return engine
+
+
+def save_checkpoint(engine, directory: str, tag: str, client_state: dict) -> None:
+    engine.save_checkpoint(directory, tag=tag, client_state=client_state)
+
+
+def load_checkpoint(engine, directory: str, tag: str | None = None) -> dict:
+    path, client_state = engine.load_checkpoint(directory, tag=tag)
+    if path is None:
+        raise FileNotFoundError(f"no DeepSpeed checkpoint in {directory}")
+    return client_state or {}

@@ -1,0 +1,75 @@
+"""RewardService servicer: protobuf → registry call → protobuf."""
+from __future__ import annotations
+
+import logging
+import time
+from pathlib import Path
+
+from brorl import rpc
+from brorl.errors import InvalidArgument, ResourceExhausted
+from brorl.v1 import reward_pb2, reward_pb2_grpc
+from services.reward.base import Score, ScoreItem
+from services.reward.config import RewardServiceConfig
+from services.reward.registry import Registry, default_registry
+
+log = logging.getLogger(__name__)
+SERVICE_NAME = reward_pb2.DESCRIPTOR.services_by_name["RewardService"].full_name
+
+
+def _result(item_id: str, s: Score) -> reward_pb2.ScoreResult:
+    return reward_pb2.ScoreResult(id=item_id, reward=s.reward, components=s.components, status=s.status,
+                                  detail=s.detail, latency_ms=s.latency_ms)
+
+
+def _item(req: reward_pb2.ScoreRequest) -> ScoreItem:
+    return ScoreItem(id=req.id, prompt=req.prompt, completion=req.completion, reference=req.reference)
+
+
+class RewardServicer(reward_pb2_grpc.RewardServiceServicer):
+    def __init__(self, registry: Registry, max_batch: int):
+        self.registry = registry
+        self.max_batch = max_batch
+
+    @rpc.translate_errors
+    def Score(self, request, context):
+        if not request.reward_fn:
+            raise InvalidArgument("reward_fn", "is empty; name a function from ListRewardFunctions")
+        [score] = self.registry.score(request.reward_fn, [_item(request)])
+        return _result(request.id, score)
+
+    @rpc.translate_errors
+    def ScoreBatch(self, request, context):
+        if not request.reward_fn:
+            raise InvalidArgument("reward_fn", "is empty; name a function from ListRewardFunctions")
+        if len(request.items) > self.max_batch:
+            raise ResourceExhausted(f"items: batch of {len(request.items)} exceeds max_batch={self.max_batch}; split it")
+        self.registry.get(request.reward_fn)  # unknown name → INVALID_ARGUMENT even for an empty batch
+        start = time.perf_counter()
+        scores = self.registry.score(request.reward_fn, [_item(i) for i in request.items])
+        return reward_pb2.ScoreBatchResponse(
+            results=[_result(i.id, s) for i, s in zip(request.items, scores)],
+            latency_ms=(time.perf_counter() - start) * 1000)
+
+    @rpc.translate_errors
+    def ListRewardFunctions(self, request, context):
+        return reward_pb2.ListRewardFunctionsResponse(
+            functions=[reward_pb2.RewardFunctionInfo(name=n, description=d) for n, d in self.registry.describe()])
+
+
+def build_server(config: RewardServiceConfig, registry: Registry | None = None) -> rpc.Server:
+    server = rpc.Server(config.bind, [SERVICE_NAME], max_workers=config.workers)
+    servicer = RewardServicer(registry or default_registry(), config.max_batch)
+    reward_pb2_grpc.add_RewardServiceServicer_to_server(servicer, server.grpc)
+    return server
+
+
+def serve(config: RewardServiceConfig) -> None:
+    server = build_server(config).start()
+    server.set_serving(True)  # stateless: ready as soon as the registry is built
+    if config.port_file:
+        Path(config.port_file).write_text(str(server.port))
+    log.info("reward service on port %d", server.port)
+    try:
+        server.wait()
+    finally:
+        server.stop()

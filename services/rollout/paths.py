@@ -1,0 +1,36 @@
+"""Turn engine samples into protobuf paths and validate sampling requests (no gRPC, no vLLM)."""
+from __future__ import annotations
+
+from brorl.errors import InvalidArgument
+from brorl.v1 import common_pb2
+
+
+def validate_sampling(s: common_pb2.SamplingParams, max_n: int, field: str = "sampling") -> None:
+    if s.n <= 0:
+        raise InvalidArgument(f"{field}.n", f"must be at least 1, got {s.n}")
+    if s.n > max_n:
+        raise InvalidArgument(f"{field}.n", f"{s.n} exceeds this service's maximum of {max_n}")
+    if s.temperature < 0:
+        raise InvalidArgument(f"{field}.temperature", f"must be >= 0, got {s.temperature}")
+    if not 0 <= s.top_p <= 1:
+        raise InvalidArgument(f"{field}.top_p", f"must be in (0, 1], got {s.top_p}")
+    if s.top_k < -1:
+        raise InvalidArgument(f"{field}.top_k", f"must be -1 (off), 0 (off) or positive, got {s.top_k}")
+    if s.max_tokens < 0:
+        raise InvalidArgument(f"{field}.max_tokens", f"must be positive, got {s.max_tokens}")
+
+
+def engine_kwargs(s: common_pb2.SamplingParams) -> dict:
+    """SamplingParams → RolloutEngine.generate keyword arguments (proto3 zeros mean 'default')."""
+    return dict(n=s.n, temperature=s.temperature, top_k=s.top_k if s.top_k > 0 else -1,
+                top_p=s.top_p if s.top_p > 0 else 1.0, max_tokens=s.max_tokens or 16,
+                seed=s.seed or None, stop=list(s.stop) or None)
+
+
+def to_paths(samples, *, group_id: str, prompt_id: str, version: int,
+             sampling: common_pb2.SamplingParams, worker: str) -> list[common_pb2.Path]:
+    return [common_pb2.Path(path_id=f"{group_id}/{i}", prompt_id=prompt_id, group_id=group_id,
+                            token_ids=s.token_ids, logprobs=s.logprobs, text=s.text,
+                            finish_reason=s.finish_reason, weight_version=version,
+                            sampling=sampling, worker=worker)
+            for i, s in enumerate(samples)]

@@ -1,0 +1,105 @@
+"""RolloutService servicer plus the composition root of the rollout process."""
+from __future__ import annotations
+
+import logging
+import threading
+import time
+import uuid
+from pathlib import Path
+
+from brorl import queue as q
+from brorl import rpc
+from brorl.errors import InvalidArgument, Unavailable
+from brorl.v1 import reward_pb2_grpc, rollout_pb2, rollout_pb2_grpc
+from services.rollout.config import RolloutServiceConfig
+from services.rollout.paths import engine_kwargs, to_paths, validate_sampling
+from services.rollout.worker import RolloutWorker, WorkerStats
+
+log = logging.getLogger(__name__)
+SERVICE_NAME = rollout_pb2.DESCRIPTOR.services_by_name["RolloutService"].full_name
+
+
+class RolloutServicer(rollout_pb2_grpc.RolloutServiceServicer):
+    def __init__(self, engine, engine_lock: threading.Lock, config: RolloutServiceConfig, stats: WorkerStats):
+        self.engine = engine
+        self.lock = engine_lock
+        self.config = config
+        self.stats = stats
+        self.name = q.consumer_name()
+
+    def _generate(self, request):
+        if self.engine is None:
+            raise Unavailable("the engine is still loading; retry when health reports SERVING")
+        if not request.prompt.strip():
+            raise InvalidArgument("prompt", "is empty; send the text to continue")
+        validate_sampling(request.sampling, self.config.max_n)
+        prompt_id = request.prompt_id or uuid.uuid4().hex[:12]
+        start = time.perf_counter()
+        with self.lock:
+            version = self.engine.weight_version
+            [(prompt_ids, samples)] = self.engine.generate([request.prompt], **engine_kwargs(request.sampling))
+        paths = to_paths(samples, group_id=prompt_id, prompt_id=prompt_id, version=version,
+                         sampling=request.sampling, worker=self.name)
+        self.stats.paths_generated += len(paths)
+        self.stats.tokens_generated += sum(len(p.token_ids) for p in paths)
+        return rollout_pb2.GenerateResponse(paths=paths, weight_version=version, prompt_token_ids=prompt_ids,
+                                            seconds=time.perf_counter() - start)
+
+    @rpc.translate_errors
+    def Generate(self, request, context):
+        return self._generate(request)
+
+    @rpc.translate_errors
+    def GenerateStream(self, request, context):
+        # The engine returns a request's paths together; they are streamed one message each so a
+        # client can start consuming before the whole group is deserialised.
+        yield from self._generate(request).paths
+
+    @rpc.translate_errors
+    def GetStatus(self, request, context):
+        ready = self.engine is not None
+        return rollout_pb2.RolloutStatus(worker=self.name, model=self.config.model,
+                                         weight_version=self.engine.weight_version if ready else 0,
+                                         paths_generated=self.stats.paths_generated,
+                                         tokens_generated=self.stats.tokens_generated,
+                                         max_n=self.config.max_n, ready=ready)
+
+
+def build_engine(config: RolloutServiceConfig):
+    from services.rollout.engine import RolloutEngine  # heavy: vLLM
+    e = config.engine
+    return RolloutEngine(config.model, dtype=e.dtype, max_model_len=e.max_model_len, seed=e.seed,
+                         gpu_memory_utilization=e.gpu_memory_utilization, kv_cache_gib=e.kv_cache_gib,
+                         max_num_seqs=e.max_num_seqs, enable_prefix_caching=e.enable_prefix_caching)
+
+
+def serve(config: RolloutServiceConfig, engine=None) -> None:
+    server = rpc.Server(config.bind, [SERVICE_NAME])
+    stats = WorkerStats()
+    lock = threading.Lock()
+    servicer = RolloutServicer(None, lock, config, stats)
+    rollout_pb2_grpc.add_RolloutServiceServicer_to_server(servicer, server.grpc)
+    server.start()  # health answers NOT_SERVING while the engine loads
+    if config.port_file:
+        Path(config.port_file).write_text(str(server.port))
+    engine = engine or build_engine(config)
+    servicer.engine = engine
+    stop = threading.Event()
+    threads = []
+    if config.worker_loop:
+        redis_client = q.connect(config.redis_url)
+        reward = reward_pb2_grpc.RewardServiceStub(rpc.channel(config.reward_address))
+        worker = RolloutWorker(engine, lock, redis_client, reward, run_id=config.run_id,
+                               claim_idle_ms=config.claim_idle_ms, reward_deadline_s=config.reward_deadline_s,
+                               stats=stats)
+        threads.append(threading.Thread(target=worker.run, args=(stop,), name="rollout-worker", daemon=True))
+    for t in threads:
+        t.start()
+    server.set_serving(True)
+    log.info("rollout service on port %d (model %s)", server.port, config.model)
+    try:
+        server.wait()
+    finally:
+        stop.set()
+        server.stop()
+        engine.close()

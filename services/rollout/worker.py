@@ -1,0 +1,144 @@
+"""The rollout worker loop: prompt job → N paths → ScoreBatch → scored group → ack.
+
+Between jobs the worker checks the run's weight pointer and reloads the engine in place when
+a newer version is published, so every path carries the version that produced it.
+"""
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from dataclasses import dataclass
+
+import grpc
+from google.protobuf.message import DecodeError
+
+from brorl import queue as q
+from brorl.v1 import common_pb2, reward_pb2
+from brorl.weights import WeightStore, read_pointer
+from services.rollout.paths import engine_kwargs, to_paths
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class WorkerStats:
+    paths_generated: int = 0
+    tokens_generated: int = 0
+    groups_published: int = 0
+    reloads: int = 0
+
+
+class RolloutWorker:
+    def __init__(self, engine, engine_lock: threading.Lock, redis_client, reward_stub, *, run_id: str = "",
+                 claim_idle_ms: int = 30_000, reward_deadline_s: float = 120.0, stats: WorkerStats | None = None):
+        self.engine = engine
+        self.lock = engine_lock
+        self.r = redis_client
+        self.reward = reward_stub
+        self.fixed_run_id = run_id
+        self.claim_idle_ms = claim_idle_ms
+        self.reward_deadline_s = reward_deadline_s
+        self.stats = stats or WorkerStats()
+        self.name = q.consumer_name()
+        self._queues: dict[str, q.StreamQueue] = {}
+
+    def run(self, stop: threading.Event) -> None:
+        log.info("worker %s started", self.name)
+        while not stop.is_set():
+            try:
+                self.step()
+            except Exception:  # noqa: BLE001 - keep the loop alive; the job stays pending and is retried
+                log.exception("worker step failed; retrying in 2 s")
+                stop.wait(2.0)
+
+    def current_run(self) -> str:
+        if self.fixed_run_id:
+            return self.fixed_run_id
+        raw = self.r.get(q.ACTIVE_RUN_KEY)
+        return raw.decode() if raw else ""
+
+    def _queue(self, run_id: str) -> q.StreamQueue:
+        if run_id not in self._queues:
+            k = q.keys(run_id)
+            self._queues[run_id] = q.StreamQueue(self.r, k["prompts"], "rollout", consumer=self.name,
+                                                 dead_stream=k["dead"], claim_idle_ms=self.claim_idle_ms)
+        return self._queues[run_id]
+
+    def step(self) -> bool:
+        """Process at most one prompt job; False when there was nothing to do."""
+        run_id = self.current_run()
+        if not run_id:
+            time.sleep(0.5)
+            return False
+        self.maybe_reload(run_id)
+        queue = self._queue(run_id)
+        deliveries = queue.read(count=1, block_ms=500)
+        for d in deliveries:
+            self.process(queue, run_id, d)
+        return bool(deliveries)
+
+    def maybe_reload(self, run_id: str) -> None:
+        pointer = read_pointer(self.r, q.keys(run_id)["weights"])
+        if pointer is None or pointer.version <= self.engine.weight_version:
+            return
+        path = WeightStore.verify(pointer)
+        start = time.perf_counter()
+        with self.lock:
+            self.engine.load_weights(str(path), pointer.version)
+        self.stats.reloads += 1
+        log.info("loaded weight version %d in %.2fs", pointer.version, time.perf_counter() - start)
+
+    def process(self, queue: q.StreamQueue, run_id: str, delivery: q.Delivery) -> None:
+        try:
+            job = common_pb2.PromptJob.FromString(delivery.data)
+        except DecodeError as exc:
+            queue.dead_letter(delivery.entry_id, delivery.data, f"not a PromptJob: {exc}")
+            return
+        start = time.perf_counter()
+        with self.lock:
+            version = self.engine.weight_version
+            [(prompt_ids, samples)] = self.engine.generate([job.prompt], **engine_kwargs(job.sampling))
+        gen_s = time.perf_counter() - start
+        paths = to_paths(samples, group_id=job.group_id, prompt_id=job.prompt_id, version=version,
+                         sampling=job.sampling, worker=self.name)
+        start = time.perf_counter()
+        try:
+            self.score(job, paths)
+        except grpc.RpcError as exc:
+            if exc.code() != grpc.StatusCode.INVALID_ARGUMENT:
+                raise  # transient: the job stays pending and is retried / reclaimed
+            queue.dead_letter(delivery.entry_id, delivery.data, f"reward service refused the job: {exc.details()}")
+            return
+        score_s = time.perf_counter() - start
+        group = common_pb2.PathGroup(run_id=run_id, group_id=job.group_id, prompt_id=job.prompt_id,
+                                     prompt=job.prompt, prompt_token_ids=prompt_ids, reference=job.reference,
+                                     paths=paths, weight_version=version, worker=self.name,
+                                     generate_seconds=gen_s, score_seconds=score_s)
+        k = q.keys(run_id)
+        fresh = queue.publish_once_and_ack(delivery.entry_id, job.job_id, k["paths"], k["done"],
+                                           group.SerializeToString())
+        self.stats.paths_generated += len(paths)
+        self.stats.tokens_generated += sum(len(p.token_ids) for p in paths)
+        self.stats.groups_published += int(fresh)
+        log.info("group %s: %d paths v%d gen %.2fs score %.2fs%s", job.group_id, len(paths), version,
+                 gen_s, score_s, "" if fresh else " (duplicate, dropped)")
+
+    def score(self, job: common_pb2.PromptJob, paths: list[common_pb2.Path], attempts: int = 5) -> None:
+        request = reward_pb2.ScoreBatchRequest(reward_fn=job.reward_fn, items=[
+            reward_pb2.ScoreRequest(id=p.path_id, prompt=job.prompt, completion=p.text, reference=job.reference)
+            for p in paths])
+        for attempt in range(attempts):
+            try:
+                response = self.reward.ScoreBatch(request, timeout=self.reward_deadline_s)
+                break
+            except grpc.RpcError as exc:
+                retryable = exc.code() in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED)
+                if not retryable or attempt == attempts - 1:
+                    raise
+                log.warning("reward service %s; retry %d", exc.code().name, attempt + 1)
+                time.sleep(min(2 ** attempt, 10))
+        for path, result in zip(paths, response.results):
+            path.reward = result.reward
+            path.reward_status = result.status
+            path.reward_components.update(result.components)
