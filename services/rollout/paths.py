@@ -12,6 +12,8 @@ def validate_sampling(s: common_pb2.SamplingParams, max_n: int, field: str = "sa
         raise InvalidArgument(f"{field}.n", f"{s.n} exceeds this service's maximum of {max_n}")
     if s.temperature < 0:
         raise InvalidArgument(f"{field}.temperature", f"must be >= 0, got {s.temperature}")
+    if s.temperature == 0 and s.n > 1:
+        raise InvalidArgument(f"{field}.temperature", "is 0 (greedy), which yields one path; set n=1 or a temperature > 0")
     if not 0 <= s.top_p <= 1:
         raise InvalidArgument(f"{field}.top_p", f"must be in (0, 1], got {s.top_p}")
     if s.top_k < -1:

