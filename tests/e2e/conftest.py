@@ -1,6 +1,6 @@
 import pytest
 
-from tests.e2e.procs import ServiceProc
+from brorl.launcher import ServiceProc
 
 
 @pytest.fixture(scope="session")

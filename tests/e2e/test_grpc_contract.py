@@ -6,7 +6,7 @@ import pytest
 from google.protobuf import descriptor_pool, message_factory
 from grpc_reflection.v1alpha.proto_reflection_descriptor_database import ProtoReflectionDescriptorDatabase
 
-from tests.e2e.procs import ServiceProc
+from brorl.launcher import ServiceProc
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 

@@ -1,0 +1,197 @@
+"""The ``brorl`` command line: the CPU demo, a local cluster, and clients of the services.
+
+    brorl demo                       warm-start (cached) + local cluster + RL run + evaluation
+    brorl cluster --model DIR        reward + K rollout workers + learner as local processes
+    brorl run start CONFIG           start a run on a learner (watch with --watch)
+    brorl run status|watch|stop|checkpoint RUN_ID
+    brorl generate PROMPT --n 8      sample paths from a rollout service
+    brorl score --fn NAME ...        score one completion
+    brorl warmstart / brorl eval     the demo model's supervised warm-start and its evaluation
+    brorl rm train ...               train a pairwise reward model
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import grpc
+
+from brorl.errors import BrorlError
+from brorl.launcher import REPO_ROOT
+
+log = logging.getLogger("brorl")
+
+
+def _passthrough(module: str, args: list[str]) -> int:
+    """Run ``python -m module args`` (modules that need torch live outside this package)."""
+    return subprocess.call([sys.executable, "-m", module, *args], cwd=REPO_ROOT)
+
+
+def cmd_cluster(args) -> int:
+    from brorl.launcher import Cluster, ClusterSpec
+    spec = ClusterSpec(model=args.model, workdir=Path(args.workdir), rollout_workers=args.workers,
+                       redis_url=args.redis_url)
+    with Cluster(spec) as cluster:
+        print(f"cluster ready: learner {cluster.learner_address}, reward {cluster.reward_address}, "
+              f"rollout {', '.join(cluster.rollout_address(i) for i in range(args.workers))}; logs in {cluster.logs}")
+        print("Ctrl-C stops every process.")
+        try:
+            while True:
+                cluster.check_alive()
+                time.sleep(1.0)
+        except KeyboardInterrupt:
+            print("\nstopping")
+    return 0
+
+
+def watch_run(client, run_id: str, total: int, quiet: bool = False) -> dict:
+    """Follow a run's metrics with a progress bar; returns the final RunInfo as a dict."""
+    from tqdm import tqdm
+    bar = tqdm(total=total, desc=run_id, unit="step", disable=quiet, dynamic_ncols=True)
+    for m in client.watch(run_id):
+        if m.event in ("done", "failed", "stopped"):
+            if m.event == "failed":
+                bar.write(f"run failed: {m.message}")
+            break
+        if m.step > bar.n:
+            bar.update(m.step - bar.n)
+        v = m.values
+        if "learner/reward_mean" in v:
+            workers = sum(1 for k in v if k.startswith("rollout/paths_by/"))
+            bar.set_postfix(reward=f"{v['learner/reward_mean']:.3f}", version=int(v.get("learner/weight_version", 0)),
+                            paths=int(v.get("rollout/paths", 0)), workers=workers, refresh=False)
+    bar.close()
+    info = client.get(run_id)
+    return {"run_id": info.run_id, "state": info.state, "step": info.step, "run_dir": info.run_dir,
+            "message": info.message}
+
+
+def cmd_run(args) -> int:
+    from brorl.client import LearnerClient
+    client = LearnerClient(args.learner)
+    if args.action == "start":
+        info = client.start_file(args.target, run_id=args.run_id, resume=args.resume)
+        print(f"started {info.run_id} ({info.total_steps} steps) in {info.run_dir}")
+        if args.watch:
+            print(json.dumps(watch_run(client, info.run_id, info.total_steps)))
+    elif args.action == "status":
+        info = client.get(args.target)
+        print(json.dumps({"run_id": info.run_id, "state": info.state, "step": info.step, "total_steps": info.total_steps,
+                          "weight_version": info.weight_version, "message": info.message,
+                          "metrics": dict(info.last_metrics)}, indent=1))
+    elif args.action == "watch":
+        for m in client.watch(args.target):
+            print(json.dumps({"step": m.step, "event": m.event, "message": m.message, **dict(m.values)}))
+    elif args.action == "stop":
+        print(client.stop(args.target).state)
+    elif args.action == "checkpoint":
+        ck = client.checkpoint(args.target)
+        print(f"checkpoint at step {ck.step}: {ck.path}")
+    return 0
+
+
+def cmd_generate(args) -> int:
+    from brorl.client import RolloutClient
+    resp = RolloutClient(args.rollout).generate(args.prompt, n=args.n, temperature=args.temperature,
+                                                max_tokens=args.max_tokens, top_k=args.top_k, top_p=args.top_p)
+    for p in resp.paths:
+        print(json.dumps({"path_id": p.path_id, "text": p.text, "finish_reason": p.finish_reason,
+                          "weight_version": p.weight_version, "logprob": sum(p.logprobs)}))
+    return 0
+
+
+def cmd_score(args) -> int:
+    from brorl.client import RewardClient
+    resp = RewardClient(args.reward).score_batch(args.fn, [{"prompt": args.prompt, "completion": args.completion,
+                                                            "reference": args.reference}])
+    r = resp.results[0]
+    print(json.dumps({"reward": r.reward, "status": r.status, "detail": r.detail, "components": dict(r.components)}))
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="brorl", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--log-level", default="WARNING")
+    sub = p.add_subparsers(dest="command", required=True)
+
+    d = sub.add_parser("demo", help="the CPU demo: warm-start, cluster, RL with N=512, evaluation")
+    from brorl.demo_cmd import add_arguments
+    add_arguments(d)
+
+    c = sub.add_parser("cluster", help="start reward, K rollout workers and the learner locally")
+    c.add_argument("--model", required=True, help="HF model directory the rollout workers load")
+    c.add_argument("--workers", type=int, default=2)
+    c.add_argument("--workdir", default=".cache/cluster")
+    c.add_argument("--redis-url", default="redis://127.0.0.1:6379/0")
+
+    r = sub.add_parser("run", help="control runs on a learner")
+    r.add_argument("action", choices=["start", "status", "watch", "stop", "checkpoint"])
+    r.add_argument("target", help="config file (start) or run id")
+    r.add_argument("--learner", default="127.0.0.1:50053")
+    r.add_argument("--run-id", default="")
+    r.add_argument("--resume", action="store_true")
+    r.add_argument("--watch", action="store_true")
+
+    g = sub.add_parser("generate", help="sample paths from a rollout service")
+    g.add_argument("prompt")
+    g.add_argument("--rollout", default="127.0.0.1:50061")
+    g.add_argument("--n", type=int, default=4)
+    g.add_argument("--temperature", type=float, default=1.0)
+    g.add_argument("--top-k", type=int, default=-1)
+    g.add_argument("--top-p", type=float, default=1.0)
+    g.add_argument("--max-tokens", type=int, default=16)
+
+    s = sub.add_parser("score", help="score one completion with a reward function")
+    s.add_argument("--reward", default="127.0.0.1:50052")
+    s.add_argument("--fn", default="math_answer")
+    s.add_argument("--prompt", default="")
+    s.add_argument("--completion", required=True)
+    s.add_argument("--reference", default="")
+
+    for name, module, text in [("warmstart", "demo", "supervised warm-start of the demo model (cached)"),
+                               ("eval", "demo", "greedy held-out accuracy of a demo model")]:
+        sp = sub.add_parser(name, help=text, add_help=False)
+        sp.set_defaults(passthrough=(module, [name]))
+    rm = sub.add_parser("rm", help="reward models: brorl rm train ...", add_help=False)
+    rm.set_defaults(passthrough=("services.reward.rm_train", []))
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser = build_parser()
+    args, rest = parser.parse_known_args(argv)
+    logging.basicConfig(level=getattr(logging, args.log_level.upper(), logging.WARNING),
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    if getattr(args, "passthrough", None):
+        module, prefix = args.passthrough
+        if args.command == "rm" and rest[:1] == ["train"]:
+            rest = rest[1:]
+        return _passthrough(module, prefix + rest)
+    if rest:
+        parser.error(f"unrecognized arguments: {' '.join(rest)}")
+    handlers = {"demo": "brorl.demo_cmd", "cluster": cmd_cluster, "run": cmd_run, "generate": cmd_generate,
+                "score": cmd_score}
+    handler = handlers[args.command]
+    try:
+        if isinstance(handler, str):
+            from brorl.demo_cmd import run_demo
+            return run_demo(args)
+        return handler(args)
+    except BrorlError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except grpc.RpcError as exc:
+        print(f"error: {exc.code().name}: {exc.details()}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())
