@@ -58,6 +58,17 @@ def build_engine(model, train, zero_stage: int = 0):
     return engine
 
 
+def grad_norm(engine) -> float:
+    """L2 norm of the gradients about to be applied: call between backward and the boundary
+    ``step``. Under ZeRO-2/3 the gradients live in optimizer partitions, so DeepSpeed's own
+    figure for the step is used there (call after ``step``)."""
+    import torch
+    grads = [p.grad.detach().float().norm() for p in engine.module.parameters() if p.grad is not None]
+    if grads:
+        return float(torch.stack(grads).norm())
+    return float(engine.get_global_grad_norm() or 0.0)
+
+
 def save_checkpoint(engine, directory: str, tag: str, client_state: dict) -> None:
     engine.save_checkpoint(directory, tag=tag, client_state=client_state)
 

@@ -107,6 +107,11 @@ class Trainer:
                                         claim_idle_ms=10_000)
         if self.resume:
             self._restore()
+        else:
+            # Version 0 is the initial policy, published so that workers which served another
+            # run before load it rather than keep that run's weights.
+            self.version = -1
+            self.publish()
         self.r.set(q.ACTIVE_RUN_KEY, self.run_id)
 
     @property
@@ -222,8 +227,11 @@ class Trainer:
             micro = batch.slice(start, start + train.micro_batch_paths)
             loss, stats = policy_loss(self.engine, micro, train, self.ref_model)
             weight = micro.tokens / total_tokens  # token-mean over the whole step
-            self.engine.set_gradient_accumulation_boundary(i == len(starts) - 1)
+            last = i == len(starts) - 1
+            self.engine.set_gradient_accumulation_boundary(last)
             self.engine.backward(loss * weight)
+            if last:
+                sums["learner/grad_norm"] = strategy.grad_norm(self.engine)
             self.engine.step()
             sums["learner/loss"] += float(loss) * weight
             for k, v in stats.items():
@@ -233,7 +241,6 @@ class Trainer:
         metrics.update(self._last_group)
         metrics.update({k: float(v) for k, v in self.counters.items()})
         metrics.update({
-            "learner/grad_norm": float(self.engine.get_global_grad_norm() or 0.0),
             "learner/reward_mean": sum(rewards) / len(rewards),
             "learner/paths": len(batch), "learner/tokens": batch.tokens,
             "explore/eur": float((batch.advantages != 0).sum()) / len(batch),

@@ -42,6 +42,7 @@ class RolloutWorker:
         self.stats = stats or WorkerStats()
         self.name = q.consumer_name()
         self._queues: dict[str, q.StreamQueue] = {}
+        self.loaded_run = ""   # the run whose published weights the engine holds ("" = model dir)
 
     def run(self, stop: threading.Event) -> None:
         log.info("worker %s started", self.name)
@@ -79,13 +80,18 @@ class RolloutWorker:
         return bool(deliveries)
 
     def maybe_reload(self, run_id: str) -> None:
+        """Load the run's newest published version. Versions count per run: a worker that
+        served another run before reloads even a lower version (every run publishes v0)."""
         pointer = read_pointer(self.r, q.keys(run_id)["weights"])
-        if pointer is None or pointer.version <= self.engine.weight_version:
+        if pointer is None:
+            return
+        if run_id == self.loaded_run and pointer.version <= self.engine.weight_version:
             return
         path = WeightStore.verify(pointer)
         start = time.perf_counter()
         with self.lock:
             self.engine.load_weights(str(path), pointer.version)
+            self.loaded_run = run_id
         self.stats.reloads += 1
         log.info("loaded weight version %d in %.2fs", pointer.version, time.perf_counter() - start)
 

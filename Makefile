@@ -1,0 +1,33 @@
+# brorl — the two commands first: `make demo` and `make test` (each sets up what it needs).
+PY ?= python3
+export PYTHONPATH := $(CURDIR)
+
+.PHONY: setup demo test test-fast test-gpu bench protos clean
+
+setup:
+	@bash scripts/setup.sh
+
+demo: setup
+	@bash scripts/ensure_redis.sh
+	$(PY) -m brorl.cli demo
+
+test: setup
+	@bash scripts/ensure_redis.sh
+	$(PY) -m pytest -q tests
+
+test-fast: setup
+	$(PY) -m pytest -q tests -m "not slow"
+
+test-gpu:
+	$(PY) -m pytest -q tests -m gpu
+
+bench: setup
+	$(PY) bench/rollout.py
+	$(PY) bench/kernels.py
+	$(PY) bench/reward.py
+
+protos:
+	bash scripts/gen_protos.sh
+
+clean:
+	rm -rf .cache runs .pytest_cache

@@ -1,0 +1,1 @@
+"""GPU benchmarks of the kernels (triton.testing): see README.md in this folder."""
