@@ -101,8 +101,14 @@ class StreamQueue:
                         self.ack(_s(entry_id))
         return out
 
-    def _reclaim(self, count: int) -> list[Delivery]:
-        resp = self.r.xautoclaim(self.stream, self.group, self.consumer, min_idle_time=self.claim_idle_ms,
+    def take_over(self, count: int = 10_000) -> list[Delivery]:
+        """Claim every pending entry of the group now, whatever its idle time: for a consumer
+        that replaces a dead one and is the group's only member (the learner after a restart)."""
+        return self._reclaim(count, min_idle_ms=0)
+
+    def _reclaim(self, count: int, min_idle_ms: int | None = None) -> list[Delivery]:
+        idle = self.claim_idle_ms if min_idle_ms is None else min_idle_ms
+        resp = self.r.xautoclaim(self.stream, self.group, self.consumer, min_idle_time=idle,
                                  start_id="0-0", count=count)
         claimed = resp[1] if resp else []
         out: list[Delivery] = []

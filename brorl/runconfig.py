@@ -5,7 +5,7 @@ learner validates it again and answers INVALID_ARGUMENT naming the field.
 """
 from __future__ import annotations
 
-from pydantic import Field
+from pydantic import Field, field_validator
 
 from brorl.config import StrictModel, parse_text, validate
 
@@ -13,10 +13,32 @@ from brorl.config import StrictModel, parse_text, validate
 class SamplingConfig(StrictModel):
     n: int = Field(512, ge=1, le=4096, description="Paths sampled per prompt (BroRL: 256-1024).")
     temperature: float = Field(1.0, ge=0.0, le=5.0, description="Sampling temperature; the learner scores log-probs at the same one.")
-    top_k: int = Field(-1, ge=-1, description="Top-k cut-off; -1 disables.")
-    top_p: float = Field(1.0, gt=0.0, le=1.0, description="Nucleus cut-off.")
+    top_k: int = Field(40, ge=-1, description="Top-k cut-off; -1 disables. The learner applies the same cut-off to its log-probs.")
+    top_p: float = Field(0.95, gt=0.0, le=1.0, description="Nucleus cut-off; 1 disables. The learner applies the same cut-off.")
     max_tokens: int = Field(16, ge=1, le=32768, description="New tokens per path.")
     stop: list[str] = Field(default_factory=list, description="Stop strings.")
+    max_paths_per_job: int = Field(0, ge=0, description="Fan a group out into prompt jobs of at most this many paths, sampled by any workers and reassembled by the learner (0: one job per group).")
+    temperature_schedule: dict | None = Field(None, description="Per-step temperature, overriding `temperature`: {kind: staged, bounds: [1000, 3000], temps: [1.3, 0.9, 0.7]} or {kind: linear, t0: 1.2, t1: 0.7, steps: 2000} or {kind: constant, t: 1.0}.")
+
+    @field_validator("temperature_schedule")
+    @classmethod
+    def _check_schedule(cls, value):
+        if value is not None:
+            from brorl.schedule import temperature_at
+            try:
+                temperature_at(value, 0)
+            except (ValueError, TypeError, KeyError) as exc:
+                raise ValueError(f"invalid temperature schedule: {exc}") from None
+        return value
+
+
+class ExploreConfig(StrictModel):
+    oversample_m: int = Field(0, ge=0, le=65536, description="Hierarchical generation: sample M >= n candidates per prompt and keep n (0: off).")
+    dedup: str = Field("off", pattern="^(off|keep_one|downweight)$", description="Near-duplicate paths (MinHash over token n-grams): keep one per cluster, or down-weight each to 1/cluster size.")
+    dedup_threshold: float = Field(0.8, gt=0.0, le=1.0, description="Estimated Jaccard similarity at which two paths count as duplicates.")
+    retention: float = Field(1.0, gt=0.0, le=1.0, description="Dynamic path filtering: keep at least this fraction, the highest-scored by the predictor; the rest skip reward evaluation (1: off).")
+    predictor: str = Field("logprob", min_length=1, description="Quality predictor for filtering / oversampling: 'logprob' (policy mean log-prob) or a reward function name (e.g. a trained reward model) scored on a prefix.")
+    predictor_prefix_tokens: int = Field(0, ge=0, description="Tokens of each path the predictor sees (0: all).")
 
 
 class DataConfig(StrictModel):
@@ -53,6 +75,7 @@ class RunConfig(StrictModel):
     data: DataConfig
     reward_fn: str = Field("math_answer", min_length=1, description="Reward function name in the reward service's registry.")
     sampling: SamplingConfig = Field(default_factory=SamplingConfig)
+    explore: ExploreConfig = Field(default_factory=ExploreConfig)
     train: TrainConfig = Field(default_factory=TrainConfig)
     asynchrony: AsyncConfig = Field(default_factory=AsyncConfig, alias="async")
     checkpoint_every: int = Field(0, ge=0, description="Checkpoint every this many updates (0: only on request and at the end).")

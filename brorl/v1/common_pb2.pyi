@@ -25,7 +25,7 @@ class SamplingParams(_message.Message):
     def __init__(self, n: _Optional[int] = ..., temperature: _Optional[float] = ..., top_k: _Optional[int] = ..., top_p: _Optional[float] = ..., max_tokens: _Optional[int] = ..., seed: _Optional[int] = ..., stop: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class Path(_message.Message):
-    __slots__ = ("path_id", "prompt_id", "group_id", "token_ids", "logprobs", "text", "finish_reason", "weight_version", "sampling", "reward", "reward_components", "reward_status", "worker")
+    __slots__ = ("path_id", "prompt_id", "group_id", "token_ids", "logprobs", "text", "finish_reason", "weight_version", "sampling", "reward", "reward_components", "reward_status", "worker", "weight")
     class RewardComponentsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -46,6 +46,7 @@ class Path(_message.Message):
     REWARD_COMPONENTS_FIELD_NUMBER: _ClassVar[int]
     REWARD_STATUS_FIELD_NUMBER: _ClassVar[int]
     WORKER_FIELD_NUMBER: _ClassVar[int]
+    WEIGHT_FIELD_NUMBER: _ClassVar[int]
     path_id: str
     prompt_id: str
     group_id: str
@@ -59,10 +60,25 @@ class Path(_message.Message):
     reward_components: _containers.ScalarMap[str, float]
     reward_status: str
     worker: str
-    def __init__(self, path_id: _Optional[str] = ..., prompt_id: _Optional[str] = ..., group_id: _Optional[str] = ..., token_ids: _Optional[_Iterable[int]] = ..., logprobs: _Optional[_Iterable[float]] = ..., text: _Optional[str] = ..., finish_reason: _Optional[str] = ..., weight_version: _Optional[int] = ..., sampling: _Optional[_Union[SamplingParams, _Mapping]] = ..., reward: _Optional[float] = ..., reward_components: _Optional[_Mapping[str, float]] = ..., reward_status: _Optional[str] = ..., worker: _Optional[str] = ...) -> None: ...
+    weight: float
+    def __init__(self, path_id: _Optional[str] = ..., prompt_id: _Optional[str] = ..., group_id: _Optional[str] = ..., token_ids: _Optional[_Iterable[int]] = ..., logprobs: _Optional[_Iterable[float]] = ..., text: _Optional[str] = ..., finish_reason: _Optional[str] = ..., weight_version: _Optional[int] = ..., sampling: _Optional[_Union[SamplingParams, _Mapping]] = ..., reward: _Optional[float] = ..., reward_components: _Optional[_Mapping[str, float]] = ..., reward_status: _Optional[str] = ..., worker: _Optional[str] = ..., weight: _Optional[float] = ...) -> None: ...
 
 class PathGroup(_message.Message):
-    __slots__ = ("run_id", "group_id", "prompt_id", "prompt", "prompt_token_ids", "reference", "paths", "weight_version", "worker", "generate_seconds", "score_seconds")
+    __slots__ = ("run_id", "group_id", "prompt_id", "prompt", "prompt_token_ids", "reference", "paths", "weight_version", "worker", "generate_seconds", "score_seconds", "part_index", "part_count", "generated", "dropped", "stats")
+    class DroppedEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: int
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[int] = ...) -> None: ...
+    class StatsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: float
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[float] = ...) -> None: ...
     RUN_ID_FIELD_NUMBER: _ClassVar[int]
     GROUP_ID_FIELD_NUMBER: _ClassVar[int]
     PROMPT_ID_FIELD_NUMBER: _ClassVar[int]
@@ -74,6 +90,11 @@ class PathGroup(_message.Message):
     WORKER_FIELD_NUMBER: _ClassVar[int]
     GENERATE_SECONDS_FIELD_NUMBER: _ClassVar[int]
     SCORE_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    PART_INDEX_FIELD_NUMBER: _ClassVar[int]
+    PART_COUNT_FIELD_NUMBER: _ClassVar[int]
+    GENERATED_FIELD_NUMBER: _ClassVar[int]
+    DROPPED_FIELD_NUMBER: _ClassVar[int]
+    STATS_FIELD_NUMBER: _ClassVar[int]
     run_id: str
     group_id: str
     prompt_id: str
@@ -85,10 +106,31 @@ class PathGroup(_message.Message):
     worker: str
     generate_seconds: float
     score_seconds: float
-    def __init__(self, run_id: _Optional[str] = ..., group_id: _Optional[str] = ..., prompt_id: _Optional[str] = ..., prompt: _Optional[str] = ..., prompt_token_ids: _Optional[_Iterable[int]] = ..., reference: _Optional[str] = ..., paths: _Optional[_Iterable[_Union[Path, _Mapping]]] = ..., weight_version: _Optional[int] = ..., worker: _Optional[str] = ..., generate_seconds: _Optional[float] = ..., score_seconds: _Optional[float] = ...) -> None: ...
+    part_index: int
+    part_count: int
+    generated: int
+    dropped: _containers.ScalarMap[str, int]
+    stats: _containers.ScalarMap[str, float]
+    def __init__(self, run_id: _Optional[str] = ..., group_id: _Optional[str] = ..., prompt_id: _Optional[str] = ..., prompt: _Optional[str] = ..., prompt_token_ids: _Optional[_Iterable[int]] = ..., reference: _Optional[str] = ..., paths: _Optional[_Iterable[_Union[Path, _Mapping]]] = ..., weight_version: _Optional[int] = ..., worker: _Optional[str] = ..., generate_seconds: _Optional[float] = ..., score_seconds: _Optional[float] = ..., part_index: _Optional[int] = ..., part_count: _Optional[int] = ..., generated: _Optional[int] = ..., dropped: _Optional[_Mapping[str, int]] = ..., stats: _Optional[_Mapping[str, float]] = ...) -> None: ...
+
+class ExploreParams(_message.Message):
+    __slots__ = ("oversample_m", "dedup", "dedup_threshold", "retention", "predictor", "predictor_prefix_tokens")
+    OVERSAMPLE_M_FIELD_NUMBER: _ClassVar[int]
+    DEDUP_FIELD_NUMBER: _ClassVar[int]
+    DEDUP_THRESHOLD_FIELD_NUMBER: _ClassVar[int]
+    RETENTION_FIELD_NUMBER: _ClassVar[int]
+    PREDICTOR_FIELD_NUMBER: _ClassVar[int]
+    PREDICTOR_PREFIX_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    oversample_m: int
+    dedup: str
+    dedup_threshold: float
+    retention: float
+    predictor: str
+    predictor_prefix_tokens: int
+    def __init__(self, oversample_m: _Optional[int] = ..., dedup: _Optional[str] = ..., dedup_threshold: _Optional[float] = ..., retention: _Optional[float] = ..., predictor: _Optional[str] = ..., predictor_prefix_tokens: _Optional[int] = ...) -> None: ...
 
 class PromptJob(_message.Message):
-    __slots__ = ("run_id", "job_id", "group_id", "prompt_id", "prompt", "reference", "sampling", "reward_fn", "learner_step")
+    __slots__ = ("run_id", "job_id", "group_id", "prompt_id", "prompt", "reference", "sampling", "reward_fn", "learner_step", "part_index", "part_count", "path_offset", "explore")
     RUN_ID_FIELD_NUMBER: _ClassVar[int]
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
     GROUP_ID_FIELD_NUMBER: _ClassVar[int]
@@ -98,6 +140,10 @@ class PromptJob(_message.Message):
     SAMPLING_FIELD_NUMBER: _ClassVar[int]
     REWARD_FN_FIELD_NUMBER: _ClassVar[int]
     LEARNER_STEP_FIELD_NUMBER: _ClassVar[int]
+    PART_INDEX_FIELD_NUMBER: _ClassVar[int]
+    PART_COUNT_FIELD_NUMBER: _ClassVar[int]
+    PATH_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    EXPLORE_FIELD_NUMBER: _ClassVar[int]
     run_id: str
     job_id: str
     group_id: str
@@ -107,7 +153,11 @@ class PromptJob(_message.Message):
     sampling: SamplingParams
     reward_fn: str
     learner_step: int
-    def __init__(self, run_id: _Optional[str] = ..., job_id: _Optional[str] = ..., group_id: _Optional[str] = ..., prompt_id: _Optional[str] = ..., prompt: _Optional[str] = ..., reference: _Optional[str] = ..., sampling: _Optional[_Union[SamplingParams, _Mapping]] = ..., reward_fn: _Optional[str] = ..., learner_step: _Optional[int] = ...) -> None: ...
+    part_index: int
+    part_count: int
+    path_offset: int
+    explore: ExploreParams
+    def __init__(self, run_id: _Optional[str] = ..., job_id: _Optional[str] = ..., group_id: _Optional[str] = ..., prompt_id: _Optional[str] = ..., prompt: _Optional[str] = ..., reference: _Optional[str] = ..., sampling: _Optional[_Union[SamplingParams, _Mapping]] = ..., reward_fn: _Optional[str] = ..., learner_step: _Optional[int] = ..., part_index: _Optional[int] = ..., part_count: _Optional[int] = ..., path_offset: _Optional[int] = ..., explore: _Optional[_Union[ExploreParams, _Mapping]] = ...) -> None: ...
 
 class WeightVersion(_message.Message):
     __slots__ = ("version", "uri", "sha256", "kind", "base_version", "created_ms", "bytes")

@@ -22,6 +22,9 @@ class Batch:
     advantages: torch.Tensor      # (B,)
     temperature: torch.Tensor     # (B,) sampling temperature of each path (1.0 for greedy)
     version: torch.Tensor         # (B,) weight version that produced each path
+    weight: torch.Tensor          # (B,) path weight (near-duplicate down-weighting; 1 by default)
+    top_k: torch.Tensor           # (B,) sampling top-k (-1: off)
+    top_p: torch.Tensor           # (B,) sampling top-p (1: off)
 
     def __len__(self) -> int:
         return self.input_ids.shape[0]
@@ -58,15 +61,19 @@ def build_batch(groups: list[common_pb2.PathGroup], advantages: list[torch.Tenso
     for group, adv in zip(groups, advantages):
         prompt = list(group.prompt_token_ids)
         for path, a in zip(group.paths, adv.tolist()):
-            rows.append((prompt, list(path.token_ids), list(path.logprobs), a,
-                         path.sampling.temperature or 1.0, path.weight_version))
+            weight = path.weight if path.weight > 0 else 1.0
+            # a down-weighted duplicate pushes its group's update with a fraction of its advantage
+            rows.append((prompt, list(path.token_ids), list(path.logprobs), a * weight,
+                         path.sampling.temperature or 1.0, path.weight_version, weight,
+                         path.sampling.top_k if path.sampling.top_k > 0 else -1,
+                         path.sampling.top_p if 0 < path.sampling.top_p < 1 else 1.0))
     B = len(rows)
     L = max(len(p) + len(c) for p, c, *_ in rows)
     input_ids = torch.full((B, L), pad_id, dtype=torch.long)
     attention = torch.zeros((B, L), dtype=torch.long)
     loss_mask = torch.zeros((B, L - 1))
     sampling_logp = torch.zeros((B, L - 1))
-    for b, (prompt, completion, logps, _a, _t, _v) in enumerate(rows):
+    for b, (prompt, completion, logps, *_rest) in enumerate(rows):
         seq = prompt + completion
         input_ids[b, :len(seq)] = torch.tensor(seq)
         attention[b, :len(seq)] = 1
@@ -78,4 +85,7 @@ def build_batch(groups: list[common_pb2.PathGroup], advantages: list[torch.Tenso
                  loss_mask=loss_mask, sampling_logp=sampling_logp,
                  advantages=torch.tensor([r[3] for r in rows], dtype=torch.float32),
                  temperature=torch.tensor([r[4] for r in rows], dtype=torch.float32),
-                 version=torch.tensor([r[5] for r in rows], dtype=torch.long))
+                 version=torch.tensor([r[5] for r in rows], dtype=torch.long),
+                 weight=torch.tensor([r[6] for r in rows], dtype=torch.float32),
+                 top_k=torch.tensor([r[7] for r in rows], dtype=torch.long),
+                 top_p=torch.tensor([r[8] for r in rows], dtype=torch.float32))

@@ -23,6 +23,8 @@ from brorl.runconfig import RunConfig
 from brorl.v1 import common_pb2
 from brorl.weights import WeightStore
 from services.learner import strategy
+from brorl.schedule import temperature_at
+from services.learner.assembly import GroupAssembler
 from services.learner.batch import advantages_of, build_batch
 from services.learner.losses import policy_loss
 from services.learner.publish import export_final, publish_version
@@ -89,6 +91,9 @@ class Trainer:
         self.consumed = 0                 # groups taken off the paths stream (used or dropped)
         self.seen: set[str] = set()       # group ids already consumed (idempotency)
         self.counters: Counter = Counter()
+        self.assembler = GroupAssembler()
+        self._generated_since_update = 0
+        self._last_group: dict[str, float] = {}
 
     # -- setup ---------------------------------------------------------------------------------
     def setup(self) -> None:
@@ -103,8 +108,12 @@ class Trainer:
             self.ref_model.requires_grad_(False)
         self.engine = strategy.build_engine(model, self.cfg.train, self.zero_stage)
         self.prompt_queue = q.StreamQueue(self.r, self.keys["prompts"], "rollout", dead_stream=self.keys["dead"])
+        # The learner is the group's only consumer: it takes over a dead predecessor's pending
+        # groups once at start, and never reclaims from itself (parts of a fanned-out group
+        # wait un-acked in the assembler until their siblings arrive).
         self.path_queue = q.StreamQueue(self.r, self.keys["paths"], "learner", dead_stream=self.keys["dead"],
-                                        claim_idle_ms=10_000)
+                                        claim_idle_ms=2 ** 31 - 1)
+        self._backlog = self.path_queue.take_over()
         if self.resume:
             self._restore()
         else:
@@ -150,17 +159,29 @@ class Trainer:
             self.r.delete(q.ACTIVE_RUN_KEY)
 
     def top_up(self) -> None:
-        """Keep max_inflight_groups prompt jobs enqueued but not yet consumed."""
+        """Keep max_inflight_groups groups enqueued but not yet consumed; a group is one prompt
+        job, or several parts when sampling.max_paths_per_job fans it out over workers."""
+        s, e = self.cfg.sampling, self.cfg.explore
         while self.cursor - self.consumed < self.cfg.asynchrony.max_inflight_groups:
-            row = self.prompts[self.order[self.cursor]]
-            s = self.cfg.sampling
-            job = common_pb2.PromptJob(
-                run_id=self.run_id, job_id=f"{self.run_id}/{self.cursor}", group_id=f"g{self.cursor}",
-                prompt_id=f"p{self.order[self.cursor]}", prompt=row["prompt"], reference=row["reference"],
-                reward_fn=self.cfg.reward_fn, learner_step=self.step,
-                sampling=common_pb2.SamplingParams(n=s.n, temperature=s.temperature, top_k=s.top_k,
-                                                   top_p=s.top_p, max_tokens=s.max_tokens, stop=s.stop))
-            self.prompt_queue.put(job.SerializeToString())
+            index = self.order[self.cursor]
+            row = self.prompts[index]
+            temperature = temperature_at(s.temperature_schedule, self.step) if s.temperature_schedule else s.temperature
+            per_job = s.max_paths_per_job or s.n
+            sizes = [min(per_job, s.n - off) for off in range(0, s.n, per_job)]
+            for part, size in enumerate(sizes):
+                # oversampling scales with the part: each part keeps its share of n
+                m = max(math.ceil(e.oversample_m * size / s.n), size) if e.oversample_m else 0
+                explore = common_pb2.ExploreParams(oversample_m=m, dedup=e.dedup, dedup_threshold=e.dedup_threshold,
+                                                   retention=e.retention, predictor=e.predictor,
+                                                   predictor_prefix_tokens=e.predictor_prefix_tokens)
+                job = common_pb2.PromptJob(
+                    run_id=self.run_id, job_id=f"{self.run_id}/{self.cursor}/{part}", group_id=f"g{self.cursor}",
+                    prompt_id=f"p{index}", prompt=row["prompt"], reference=row["reference"],
+                    reward_fn=self.cfg.reward_fn, learner_step=self.step, part_index=part,
+                    part_count=len(sizes), path_offset=part * per_job, explore=explore,
+                    sampling=common_pb2.SamplingParams(n=size, temperature=temperature, top_k=s.top_k,
+                                                       top_p=s.top_p, max_tokens=s.max_tokens, stop=s.stop))
+                self.prompt_queue.put(job.SerializeToString())
             self.cursor += 1
 
     def collect(self, want: int):
@@ -174,11 +195,21 @@ class Trainer:
             if time.monotonic() > deadline:
                 raise TimeoutError(f"no path group for {self.cfg.asynchrony.group_timeout_s:.0f}s: "
                                    "are rollout workers and the reward service running?")
-            for d in self.path_queue.read(count=want - len(groups), block_ms=1000):
-                group = common_pb2.PathGroup.FromString(d.data)
-                if group.group_id in self.seen:
+            if self._backlog:
+                deliveries, self._backlog = self._backlog, []
+            else:
+                deliveries = self.path_queue.read(count=max(want - len(groups), 1), block_ms=1000)
+            for d in deliveries:
+                part = common_pb2.PathGroup.FromString(d.data)
+                if part.group_id in self.seen:
                     self.path_queue.ack(d.entry_id)
                     intake["learner/duplicate_groups"] += 1
+                    continue
+                group, group_entries, duplicate = self.assembler.add(part, d.entry_id)
+                if duplicate:
+                    self.path_queue.ack(d.entry_id)
+                    intake["learner/duplicate_parts"] += 1
+                if group is None:
                     continue
                 self.seen.add(group.group_id)
                 self.consumed += 1
@@ -189,31 +220,48 @@ class Trainer:
                 self._count_intake(group, rewards, staleness)
                 if staleness > self.cfg.asynchrony.max_staleness:
                     self.counters["learner/dropped_stale"] += 1
-                    self.path_queue.ack(d.entry_id)
+                    self.counters["learner/dropped_paths/stale"] += len(group.paths)
+                    self._ack(group_entries)
                 elif not rewards or max(rewards) == min(rewards):
                     self.counters["learner/skipped_degenerate"] += 1  # no signal: all advantages 0
-                    self.path_queue.ack(d.entry_id)
+                    self.counters["learner/dropped_paths/degenerate"] += len(group.paths)
+                    self._ack(group_entries)
                 else:
                     groups.append(group)
-                    entries.append(d.entry_id)
+                    entries.extend(group_entries)
                     intake["learner/staleness_sum"] += staleness
         intake["learner/staleness_mean"] = intake.pop("learner/staleness_sum", 0) / max(len(groups), 1)
         return groups, entries, dict(intake)
 
+    def _ack(self, entries: list[str]) -> None:
+        for entry in entries:
+            self.path_queue.ack(entry)
+
     def _count_intake(self, group, rewards: list[float], staleness: int) -> None:
         c = self.counters
+        generated = group.generated or len(group.paths)
         c["rollout/groups"] += 1
         c["rollout/paths"] += len(group.paths)
-        c[f"rollout/paths_by/{group.worker}"] += len(group.paths)
-        tokens = sum(len(p.token_ids) for p in group.paths)
+        c["rollout/generated"] += generated
+        self._generated_since_update += generated
+        for path in group.paths:
+            c[f"rollout/paths_by/{path.worker}"] += 1
+        for reason, count in group.dropped.items():
+            c[f"rollout/dropped/{reason}"] += count
+        lengths = sorted(len(p.token_ids) for p in group.paths) or [0]
+        tokens = sum(lengths)
         c["rollout/tokens"] += tokens
         self._last_group = {
             "rollout/tokens_per_s": tokens / max(group.generate_seconds, 1e-9),
-            "rollout/samples_per_s": len(group.paths) / max(group.generate_seconds, 1e-9),
+            "rollout/samples_per_s": generated / max(group.generate_seconds, 1e-9),
+            "rollout/length_mean": tokens / len(lengths),
+            "rollout/length_p90": float(lengths[min(len(lengths) - 1, int(0.9 * len(lengths)))]),
             "reward/latency_ms": group.score_seconds * 1000,
             "reward/mean": sum(rewards) / max(len(rewards), 1),
             "explore/reward_entropy": reward_entropy(rewards) if rewards else 0.0,
             "rollout/staleness": staleness,
+            "rollout/workers_in_group": float(len({p.worker for p in group.paths})),
+            **{k: float(v) for k, v in group.stats.items()},
         }
 
     def update(self, groups) -> dict[str, float]:
@@ -243,8 +291,11 @@ class Trainer:
         metrics.update({
             "learner/reward_mean": sum(rewards) / len(rewards),
             "learner/paths": len(batch), "learner/tokens": batch.tokens,
-            "explore/eur": float((batch.advantages != 0).sum()) / len(batch),
+            # effective update ratio: paths with a non-zero advantage that reach the update per
+            # path generated since the last update (dropped, stale and all-equal groups included)
+            "explore/eur": float(((batch.advantages != 0) & (batch.weight > 0)).sum()) / max(self._generated_since_update, 1),
         })
+        self._generated_since_update = 0
         return metrics
 
     # -- weights and checkpoints ----------------------------------------------------------------

@@ -276,6 +276,10 @@ class RolloutEngine:
         return [float(plps[i][ids[i]].logprob) for i in range(start, len(ids))]
 
     # ------------------------------------------------------------------ weights
+    def decode(self, token_ids: list[int]) -> str:
+        """Text of ``token_ids`` (special tokens skipped), as vLLM detokenizes completions."""
+        return self._llm.get_tokenizer().decode(token_ids, skip_special_tokens=True)
+
     def load_weights(self, weights_dir: str, version: int) -> None:
         """Load the HF-named ``*.safetensors`` state dict in ``weights_dir`` in place."""
         # Check coverage before touching the engine: a partial reload would mix versions.

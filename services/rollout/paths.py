@@ -30,9 +30,11 @@ def engine_kwargs(s: common_pb2.SamplingParams) -> dict:
 
 
 def to_paths(samples, *, group_id: str, prompt_id: str, version: int,
-             sampling: common_pb2.SamplingParams, worker: str) -> list[common_pb2.Path]:
-    return [common_pb2.Path(path_id=f"{group_id}/{i}", prompt_id=prompt_id, group_id=group_id,
+             sampling: common_pb2.SamplingParams, worker: str, offset: int = 0,
+             weights: list[float] | None = None) -> list[common_pb2.Path]:
+    """Paths ``{group_id}/{offset + i}``: a fanned-out group's parts use disjoint offsets."""
+    return [common_pb2.Path(path_id=f"{group_id}/{offset + i}", prompt_id=prompt_id, group_id=group_id,
                             token_ids=s.token_ids, logprobs=s.logprobs, text=s.text,
                             finish_reason=s.finish_reason, weight_version=version,
-                            sampling=sampling, worker=worker)
+                            sampling=sampling, worker=worker, weight=weights[i] if weights else 1.0)
             for i, s in enumerate(samples)]

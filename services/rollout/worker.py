@@ -16,6 +16,7 @@ from google.protobuf.message import DecodeError
 from brorl import queue as q
 from brorl.v1 import common_pb2, reward_pb2
 from brorl.weights import WeightStore, read_pointer
+from services.rollout.explore import select
 from services.rollout.paths import engine_kwargs, to_paths
 
 log = logging.getLogger(__name__)
@@ -102,13 +103,19 @@ class RolloutWorker:
             queue.dead_letter(delivery.entry_id, delivery.data, f"not a PromptJob: {exc}")
             return
         start = time.perf_counter()
+        n_keep = job.sampling.n
+        kwargs = engine_kwargs(job.sampling)
+        kwargs["n"] = max(job.explore.oversample_m, n_keep)   # hierarchical: M candidates, keep n
         with self.lock:
             version = self.engine.weight_version
-            [(prompt_ids, samples)] = self.engine.generate([job.prompt], **engine_kwargs(job.sampling))
+            [(prompt_ids, samples)] = self.engine.generate([job.prompt], **kwargs)
         gen_s = time.perf_counter() - start
-        paths = to_paths(samples, group_id=job.group_id, prompt_id=job.prompt_id, version=version,
-                         sampling=job.sampling, worker=self.name)
         start = time.perf_counter()
+        chosen = select(samples, n_keep, job.explore,
+                        lambda fn, idx, prefix: self.prefix_scores(job, samples, fn, idx, prefix))
+        paths = to_paths([samples[i] for i in chosen.kept], group_id=job.group_id, prompt_id=job.prompt_id,
+                         version=version, sampling=job.sampling, worker=self.name, offset=job.path_offset,
+                         weights=[chosen.weights[i] for i in chosen.kept])
         try:
             self.score(job, paths)
         except grpc.RpcError as exc:
@@ -120,31 +127,47 @@ class RolloutWorker:
         group = common_pb2.PathGroup(run_id=run_id, group_id=job.group_id, prompt_id=job.prompt_id,
                                      prompt=job.prompt, prompt_token_ids=prompt_ids, reference=job.reference,
                                      paths=paths, weight_version=version, worker=self.name,
-                                     generate_seconds=gen_s, score_seconds=score_s)
+                                     generate_seconds=gen_s, score_seconds=score_s, part_index=job.part_index,
+                                     part_count=job.part_count, generated=len(samples), dropped=chosen.dropped,
+                                     stats=chosen.stats)
         k = q.keys(run_id)
         fresh = queue.publish_once_and_ack(delivery.entry_id, job.job_id, k["paths"], k["done"],
                                            group.SerializeToString())
-        self.stats.paths_generated += len(paths)
-        self.stats.tokens_generated += sum(len(p.token_ids) for p in paths)
+        self.stats.paths_generated += len(samples)
+        self.stats.tokens_generated += sum(len(x.token_ids) for x in samples)
         self.stats.groups_published += int(fresh)
         log.info("group %s: %d paths v%d gen %.2fs score %.2fs%s", job.group_id, len(paths), version,
                  gen_s, score_s, "" if fresh else " (duplicate, dropped)")
 
-    def score(self, job: common_pb2.PromptJob, paths: list[common_pb2.Path], attempts: int = 5) -> None:
+    def prefix_scores(self, job, samples, reward_fn: str, indices: list[int], prefix_tokens: int):
+        """Quality predictor: a reward function (e.g. a trained reward model) on path prefixes."""
+        import numpy as np
+        texts = [self.engine.decode(list(samples[i].token_ids)[:prefix_tokens]) if prefix_tokens else samples[i].text
+                 for i in indices]
+        request = reward_pb2.ScoreBatchRequest(reward_fn=reward_fn, items=[
+            reward_pb2.ScoreRequest(id=str(i), prompt=job.prompt, completion=t, reference=job.reference)
+            for i, t in zip(indices, texts)])
+        return np.array([r.reward for r in self._call_reward(request).results], dtype=np.float64)
+
+    def score(self, job: common_pb2.PromptJob, paths: list[common_pb2.Path]) -> None:
+        if not paths:
+            return
         request = reward_pb2.ScoreBatchRequest(reward_fn=job.reward_fn, items=[
             reward_pb2.ScoreRequest(id=p.path_id, prompt=job.prompt, completion=p.text, reference=job.reference)
             for p in paths])
+        for path, result in zip(paths, self._call_reward(request).results):
+            path.reward = result.reward
+            path.reward_status = result.status
+            path.reward_components.update(result.components)
+
+    def _call_reward(self, request, attempts: int = 5):
         for attempt in range(attempts):
             try:
-                response = self.reward.ScoreBatch(request, timeout=self.reward_deadline_s)
-                break
+                return self.reward.ScoreBatch(request, timeout=self.reward_deadline_s)
             except grpc.RpcError as exc:
                 retryable = exc.code() in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED)
                 if not retryable or attempt == attempts - 1:
                     raise
                 log.warning("reward service %s; retry %d", exc.code().name, attempt + 1)
                 time.sleep(min(2 ** attempt, 10))
-        for path, result in zip(paths, response.results):
-            path.reward = result.reward
-            path.reward_status = result.status
-            path.reward_components.update(result.components)
+        raise AssertionError("unreachable")

@@ -1,0 +1,89 @@
+import math
+
+import pytest
+import torch
+
+from brorl.v1 import common_pb2
+from services.learner.assembly import GroupAssembler
+from services.learner.batch import advantages_of, build_batch
+from services.learner.losses import truncate_logits
+
+
+def group(gid, prompt_ids, completions, rewards, part=0, parts=1, offset=0, temperature=1.0, version=0):
+    g = common_pb2.PathGroup(group_id=gid, prompt_token_ids=prompt_ids, part_index=part, part_count=parts,
+                             generated=len(completions), weight_version=version)
+    for i, (toks, r) in enumerate(zip(completions, rewards)):
+        g.paths.add(path_id=f"{gid}/{offset + i}", token_ids=toks, logprobs=[-0.1 * (j + 1) for j in range(len(toks))],
+                    reward=r, weight_version=version, worker=f"w{part}",
+                    sampling=common_pb2.SamplingParams(temperature=temperature, top_k=-1, top_p=1.0))
+    return g
+
+
+def test_batch_aligns_completion_tokens_with_their_predicting_positions():
+    g1 = group("a", [5, 6, 7], [[1, 2], [3]], [1.0, 0.0])
+    g2 = group("b", [8], [[4, 4, 4, 2]], [1.0])
+    adv = advantages_of([g1, g2], normalize_std=False)
+    batch = build_batch([g1, g2], adv, pad_id=0)
+    assert batch.input_ids.shape == (3, 5)
+    for b, (prompt, completion) in enumerate([([5, 6, 7], [1, 2]), ([5, 6, 7], [3]), ([8], [4, 4, 4, 2])]):
+        positions = batch.loss_mask[b].nonzero().flatten().tolist()
+        assert positions == list(range(len(prompt) - 1, len(prompt) - 1 + len(completion)))
+        assert batch.targets[b, positions].tolist() == completion
+        assert batch.sampling_logp[b, positions].tolist() == pytest.approx([-0.1 * (j + 1) for j in range(len(completion))])
+    assert batch.advantages.tolist() == pytest.approx([0.5, -0.5, 0.0])
+
+
+def test_advantages_for_groups_of_different_sizes():
+    groups = [group("a", [1], [[1]] * 3, [1, 0, 0]), group("b", [1], [[1]] * 2, [0, 1]), group("c", [1], [[1]] * 3, [1, 1, 0])]
+    adv = advantages_of(groups, normalize_std=True)
+    assert [len(a) for a in adv] == [3, 2, 3]
+    for a, g in zip(adv, groups):
+        r = torch.tensor([p.reward for p in g.paths])
+        assert torch.allclose(a, (r - r.mean()) / (r.std() + 1e-6), atol=1e-5)
+
+
+def reference_truncation(scaled, top_k, top_p):
+    """Per-position loops: keep the top-k, then the smallest top set whose mass reaches top_p."""
+    out = torch.full_like(scaled, -1e9)
+    B, T, V = scaled.shape
+    for b in range(B):
+        for t in range(T):
+            row = scaled[b, t]
+            order = row.argsort(descending=True).tolist()
+            if top_k[b] > 0:
+                order = order[:top_k[b]]
+            probs = torch.softmax(row[order], 0).tolist()
+            kept, mass = [], 0.0
+            for idx, p in zip(order, probs):
+                if mass >= top_p[b]:
+                    break
+                kept.append(idx)
+                mass += p
+            out[b, t, kept] = row[kept]
+    return out
+
+
+def test_truncate_logits_matches_a_plain_reference():
+    torch.manual_seed(0)
+    scaled = torch.randn(3, 4, 37)
+    top_k = torch.tensor([5, -1, 40])
+    top_p = torch.tensor([1.0, 0.9, 0.5])
+    got = truncate_logits(scaled, top_k, top_p)
+    want = reference_truncation(scaled, top_k.tolist(), top_p.tolist())
+    assert torch.equal(got > -1e8, want > -1e8)
+    assert (got > -1e8).sum(-1).min() >= 1
+    assert (got[0] > -1e8).sum(-1).max() == 5
+
+
+def test_fanned_out_group_is_reassembled_exactly_once():
+    asm = GroupAssembler()
+    p0 = group("g", [1], [[1]] * 512, [1.0] * 512, part=0, parts=2, offset=0, version=3)
+    p1 = group("g", [1], [[2]] * 512, [0.0] * 512, part=1, parts=2, offset=512, version=2)
+    assert asm.add(p1, "e1") == (None, [], False)
+    assert asm.add(p1, "e1-again")[2] is True          # duplicate part
+    merged, entries, dup = asm.add(p0, "e0")
+    assert not dup and entries == ["e0", "e1"]
+    ids = [p.path_id for p in merged.paths]
+    assert len(ids) == 1024 and len(set(ids)) == 1024
+    assert merged.weight_version == 2 and merged.generated == 1024
+    assert asm.waiting == 0
