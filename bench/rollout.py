@@ -1,7 +1,12 @@
-"""Rollout throughput: the rollout service (vLLM behind gRPC) generating N paths for one prompt
-vs transformers ``generate`` on the same model, prompt and lengths, measured in the same run.
+"""Rollout throughput, measured in one run on one machine:
 
-    python bench/rollout.py [--n 512] [--max-tokens 32] [--hidden 128 --layers 4] [--repeats 3]
+* the rollout service (vLLM behind gRPC) generating N=512 paths for one prompt vs transformers
+  ``generate`` on the same model, prompt and lengths;
+* samples/s of one N=512 request vs 32 requests of N=16 (same total samples, same model);
+* the achieved fraction of a compute roofline: peak fp32 GEMM FLOP/s measured here, divided by
+  2·parameters FLOPs per generated token, for a model of >= 20 M parameters.
+
+    python bench/rollout.py [--n 512] [--max-tokens 32] [--repeats 2]
 
 Prints one JSON object. Tokens are counted as produced (paths may stop at EOS early in both).
 """
@@ -18,6 +23,17 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+MODELS = {  # name: create_tiny_model kwargs
+    "tiny": dict(hidden_size=128, layers=4, heads=4, kv_heads=2, intermediate_size=384),
+    "24m": dict(hidden_size=512, layers=8, heads=8, kv_heads=4, intermediate_size=1536),
+}
+
+
+def best(times: list[float], counts: list[int], samples: int) -> dict:
+    i = min(range(len(times)), key=lambda j: times[j])
+    return {"seconds": times[i], "tokens": counts[i], "tokens_per_s": counts[i] / times[i],
+            "samples_per_s": samples / times[i]}
+
 
 def hf_generate(model_dir: str, prompt: str, n: int, max_tokens: int, repeats: int) -> dict:
     import torch
@@ -32,21 +48,18 @@ def hf_generate(model_dir: str, prompt: str, n: int, max_tokens: int, repeats: i
             out = model.generate(ids, attention_mask=torch.ones_like(ids), do_sample=True, temperature=1.0, top_k=0,
                                  max_new_tokens=max_tokens, pad_token_id=tok.pad_token_id, eos_token_id=tok.eos_token_id)
             times.append(time.perf_counter() - start)
-            new = out[:, ids.shape[1]:]
+            rows = out[:, ids.shape[1]:].tolist()
             # tokens up to and including the first EOS (what vLLM also counts)
-            produced = 0
-            for row in new.tolist():
-                produced += (row.index(tok.eos_token_id) + 1) if tok.eos_token_id in row else len(row)
-            tokens.append(produced)
-    best = min(range(repeats), key=lambda i: times[i])
-    return {"seconds": times[best], "tokens": tokens[best], "tokens_per_s": tokens[best] / times[best]}
+            tokens.append(sum((r.index(tok.eos_token_id) + 1) if tok.eos_token_id in r else len(r) for r in rows))
+    return best(times, tokens, n)
 
 
-def service_generate(model_dir: str, prompt: str, n: int, max_tokens: int, repeats: int, tmp: Path) -> dict:
+def service_runs(model_dir: str, prompt: str, n: int, max_tokens: int, repeats: int, tmp: Path) -> dict:
     from brorl.client import RolloutClient
     from brorl.launcher import ServiceProc
-    proc = ServiceProc("rollout", tmp, model=model_dir, worker_loop=False,
+    proc = ServiceProc("rollout", tmp, name=Path(model_dir).name, model=model_dir, worker_loop=False,
                        **{"engine.max_model_len": max(64, max_tokens + 32)})
+    out = {}
     try:
         proc.wait_serving(timeout=300)
         client = RolloutClient(proc.address)
@@ -57,39 +70,77 @@ def service_generate(model_dir: str, prompt: str, n: int, max_tokens: int, repea
             resp = client.generate(prompt, n=n, temperature=1.0, max_tokens=max_tokens)
             times.append(time.perf_counter() - start)
             tokens.append(sum(len(p.token_ids) for p in resp.paths))
+        out["one_request"] = best(times, tokens, n)
+        small = 16
+        times, tokens = [], []
+        for _ in range(repeats):
+            start = time.perf_counter()
+            count = 0
+            for _ in range(n // small):
+                resp = client.generate(prompt, n=small, temperature=1.0, max_tokens=max_tokens)
+                count += sum(len(p.token_ids) for p in resp.paths)
+            times.append(time.perf_counter() - start)
+            tokens.append(count)
+        out[f"{n // small}_requests_of_{small}"] = best(times, tokens, n)
     finally:
         proc.stop()
-    best = min(range(repeats), key=lambda i: times[i])
-    return {"seconds": times[best], "tokens": tokens[best], "tokens_per_s": tokens[best] / times[best]}
+    return out
+
+
+def peak_gemm_flops(sizes=(1024, 2048, 3072), repeats: int = 8) -> float:
+    """Best fp32 GEMM rate seen over a few square sizes (the machine is shared: take the max)."""
+    import torch
+    rates = []
+    for size in sizes:
+        a, b = torch.randn(size, size), torch.randn(size, size)
+        torch.mm(a, b)
+        rates.append(2 * size ** 3 / min(_timed(lambda: torch.mm(a, b)) for _ in range(repeats)))
+    return max(rates)
+
+
+def _timed(fn) -> float:
+    start = time.perf_counter()
+    fn()
+    return time.perf_counter() - start
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__)
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--n", type=int, default=512)
     ap.add_argument("--max-tokens", type=int, default=32)
-    ap.add_argument("--hidden", type=int, default=128)
-    ap.add_argument("--layers", type=int, default=4)
-    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--repeats", type=int, default=2)
     ap.add_argument("--prompt", default="123+456=")
+    ap.add_argument("--models", default="tiny,24m", help=f"comma list of {sorted(MODELS)}")
     args = ap.parse_args()
     os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
+    import torch
+    from transformers import AutoModelForCausalLM
+
     from demo.model import create_tiny_model
+    peak_before = peak_gemm_flops()
+    result = {"bench": "rollout", "n": args.n, "max_tokens": args.max_tokens, "torch_threads": torch.get_num_threads(),
+              "models": {}}
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
-        model_dir = str(create_tiny_model(tmp / "model", hidden_size=args.hidden, layers=args.layers,
-                                          heads=max(args.hidden // 64, 2), kv_heads=max(args.hidden // 128, 1),
-                                          intermediate_size=3 * args.hidden, max_position=max(64, args.max_tokens + 32)))
-        import torch
-        from transformers import AutoModelForCausalLM
-        params = sum(p.numel() for p in AutoModelForCausalLM.from_pretrained(model_dir).parameters())
-        svc = service_generate(model_dir, args.prompt, args.n, args.max_tokens, args.repeats, tmp)
-        hf = hf_generate(model_dir, args.prompt, args.n, args.max_tokens, args.repeats)
-    print(json.dumps({
-        "bench": "rollout", "n": args.n, "max_tokens": args.max_tokens, "params": params,
-        "torch_threads": torch.get_num_threads(),
-        "rollout_service": svc, "transformers_generate": hf,
-        "speedup_service_vs_transformers": svc["tokens_per_s"] / hf["tokens_per_s"],
-    }))
+        for name in args.models.split(","):
+            model_dir = str(create_tiny_model(tmp / name, max_position=max(64, args.max_tokens + 32), **MODELS[name]))
+            params = sum(p.numel() for p in AutoModelForCausalLM.from_pretrained(model_dir).parameters())
+            svc = service_runs(model_dir, args.prompt, args.n, args.max_tokens, args.repeats, tmp)
+            hf = hf_generate(model_dir, args.prompt, args.n, args.max_tokens, args.repeats)
+            one = svc["one_request"]
+            result["models"][name] = {
+                "params": params,
+                "rollout_service": svc, "transformers_generate": hf,
+                "speedup_service_vs_transformers": one["tokens_per_s"] / hf["tokens_per_s"],
+                "samples_per_s_ratio_one_512_vs_32x16": one["samples_per_s"] / svc[f"{args.n // 16}_requests_of_16"]["samples_per_s"],
+                # decode FLOPs per token ~ 2 * parameters (attention over <= 64 positions is negligible)
+                "_flops": one["tokens_per_s"] * 2 * params,
+            }
+    # measured before and after the generation runs; the larger is the roofline's peak
+    result["peak_gemm_flops"] = peak = max(peak_before, peak_gemm_flops())
+    for r in result["models"].values():
+        r["roofline_fraction"] = r.pop("_flops") / peak
+    print(json.dumps(result))
 
 
 if __name__ == "__main__":

@@ -1,6 +1,7 @@
 """The ``brorl`` command line: the CPU demo, a local cluster, and clients of the services.
 
     brorl demo                       warm-start (cached) + local cluster + RL run + evaluation
+    brorl sweep                      the BroRL table: N in {16,64,256,512}, equal samples / steps
     brorl cluster --model DIR        reward + K rollout workers + learner as local processes
     brorl run start CONFIG           start a run on a learner (watch with --watch)
     brorl run status|watch|stop|checkpoint RUN_ID
@@ -123,6 +124,10 @@ def build_parser() -> argparse.ArgumentParser:
     from brorl.demo_cmd import add_arguments
     add_arguments(d)
 
+    sw = sub.add_parser("sweep", help="N in {16,64,256,512} at equal samples and equal steps (writes docs/sweep)")
+    from brorl.sweep_cmd import add_arguments as sweep_arguments
+    sweep_arguments(sw)
+
     c = sub.add_parser("cluster", help="start reward, K rollout workers and the learner locally")
     c.add_argument("--model", required=True, help="HF model directory the rollout workers load")
     c.add_argument("--workers", type=int, default=2)
@@ -175,13 +180,16 @@ def main(argv: list[str] | None = None) -> int:
         return _passthrough(module, prefix + rest)
     if rest:
         parser.error(f"unrecognized arguments: {' '.join(rest)}")
-    handlers = {"demo": "brorl.demo_cmd", "cluster": cmd_cluster, "run": cmd_run, "generate": cmd_generate,
+    handlers = {"demo": "brorl.demo_cmd", "sweep": "brorl.sweep_cmd", "cluster": cmd_cluster, "run": cmd_run, "generate": cmd_generate,
                 "score": cmd_score}
     handler = handlers[args.command]
     try:
-        if isinstance(handler, str):
+        if handler == "brorl.demo_cmd":
             from brorl.demo_cmd import run_demo
             return run_demo(args)
+        if handler == "brorl.sweep_cmd":
+            from brorl.sweep_cmd import run_sweep
+            return run_sweep(args)
         return handler(args)
     except BrorlError as exc:
         print(f"error: {exc}", file=sys.stderr)

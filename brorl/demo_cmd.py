@@ -46,15 +46,28 @@ def add_arguments(p) -> None:
     p.add_argument("overrides", nargs="*", help="demo config overrides, e.g. run.train.steps=10 workers=1")
 
 
-def _demo(args, *cmd: str) -> None:
-    code = subprocess.call([sys.executable, "-m", "demo", *cmd], cwd=REPO_ROOT)
-    if code:
-        raise SystemExit(f"`python -m demo {' '.join(cmd)}` failed with exit code {code}")
+def _python(*cmd: str, capture: bool = False) -> str:
+    proc = subprocess.run([sys.executable, "-m", *cmd], cwd=REPO_ROOT, text=True,
+                          stdout=subprocess.PIPE if capture else None)
+    if proc.returncode:
+        raise SystemExit(f"`python -m {' '.join(cmd)}` failed with exit code {proc.returncode}")
+    return proc.stdout or ""
 
 
-def _accuracy(model: Path, n: int, out: Path) -> float:
-    _demo(None, "eval", "--model", str(model), "--n", str(n), "--json-out", str(out))
-    return json.loads(out.read_text())["accuracy"]
+def accuracy(model: Path, n: int) -> float:
+    """Held-out greedy exact-match accuracy of a demo model directory."""
+    out = _python("demo", "eval", "--model", str(model), "--n", str(n), "--json", capture=True)
+    return json.loads(out.strip().splitlines()[-1])["accuracy"]
+
+
+def prepare_demo_inputs(work: Path, warmstart_args: list[str], train_problems: int,
+                        eval_problems: int) -> tuple[Path, Path, float]:
+    """Warm-start model (cached), RL prompt set and the warm-start's held-out accuracy."""
+    model = work / "warmstart"
+    _python("demo", "warmstart", "--out", str(model), *warmstart_args)
+    data = work / "train.jsonl"
+    _python("demo.rl_data", "--model", str(model), "--out", str(data), "--n", str(train_problems))
+    return model, data, accuracy(model, eval_problems)
 
 
 def load_demo_config(path: str, overrides: list[str]) -> DemoConfig:
@@ -72,11 +85,7 @@ def run_demo(args) -> int:
     started = time.time()
 
     print("== 1/4 warm-start (supervised fine-tuning; cached after the first run)")
-    model = work / "warmstart"
-    _demo(args, "warmstart", "--out", str(model), *cfg.warmstart)
-    data = work / "train.jsonl"
-    _demo(args, "data", "--out", str(data), "--n", str(cfg.train_problems))
-    before = _accuracy(model, cfg.eval_problems, work / "eval_warmstart.json")
+    model, data, before = prepare_demo_inputs(work, cfg.warmstart, cfg.train_problems, cfg.eval_problems)
     print(f"   warm-start held-out greedy accuracy: {before:.1%} ({cfg.eval_problems} problems)")
 
     run_cfg: RunConfig = validate(RunConfig, deep_merge(cfg.run, {"model": str(model), "data": {"train_path": str(data)}}))
@@ -99,7 +108,7 @@ def run_demo(args) -> int:
         return 1
     run_dir = Path(result["run_dir"])
     print("== 4/4 evaluating the final policy")
-    after = _accuracy(run_dir / "final", cfg.eval_problems, run_dir / "eval_final.json")
+    after = accuracy(run_dir / "final", cfg.eval_problems)
     summary = {"run_id": run_id, "run_dir": str(run_dir), "heldout_problems": cfg.eval_problems,
                "accuracy_warmstart": before, "accuracy_final": after, "gain_points": 100 * (after - before),
                "wall_seconds": time.time() - started}

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import logging
+import shutil
 import time
 from pathlib import Path
 
@@ -25,9 +26,15 @@ def publish_version(model, store: WeightStore, redis_client, pointer_key: str, v
     return pointer
 
 
-def export_final(model, tokenizer_dir: str, out: Path) -> Path:
-    """The run's final policy in Hugging Face format, tokenizer included."""
-    from transformers import AutoTokenizer
+_WEIGHT_FILES = {"config.json", "generation_config.json", "model.safetensors.index.json"}
+
+
+def export_final(model, source_dir: str, out: Path) -> Path:
+    """The run's final policy in Hugging Face format. Tokenizer files (and any other metadata)
+    are copied byte for byte from the initial model's directory: re-saving through
+    AutoTokenizer could substitute the architecture's default tokenizer class."""
     model.save_pretrained(out, safe_serialization=True)
-    AutoTokenizer.from_pretrained(tokenizer_dir).save_pretrained(out)
+    for f in Path(source_dir).iterdir():
+        if f.is_file() and f.suffix not in (".safetensors", ".bin") and f.name not in _WEIGHT_FILES:
+            shutil.copy2(f, out / f.name)
     return out

@@ -97,11 +97,11 @@ class Trainer:
 
     # -- setup ---------------------------------------------------------------------------------
     def setup(self) -> None:
-        from transformers import AutoModelForCausalLM, AutoTokenizer
+        from transformers import AutoModelForCausalLM
         torch.manual_seed(self.cfg.train.seed)
-        tok = AutoTokenizer.from_pretrained(self.cfg.model)
-        self.pad_id = tok.pad_token_id if tok.pad_token_id is not None else (tok.eos_token_id or 0)
         model = AutoModelForCausalLM.from_pretrained(self.cfg.model, dtype=torch.float32)
+        # padding positions are masked out; any in-vocabulary id does
+        self.pad_id = next((i for i in (model.config.pad_token_id, model.config.eos_token_id) if isinstance(i, int)), 0)
         self.ref_model = None
         if self.cfg.train.kl_coef > 0:
             self.ref_model = AutoModelForCausalLM.from_pretrained(self.cfg.model, dtype=torch.float32).eval()
@@ -291,6 +291,7 @@ class Trainer:
         metrics.update({
             "learner/reward_mean": sum(rewards) / len(rewards),
             "learner/paths": len(batch), "learner/tokens": batch.tokens,
+            "learner/adv_std": float(batch.advantages.std()) if len(batch) > 1 else 0.0,
             # effective update ratio: paths with a non-zero advantage that reach the update per
             # path generated since the last update (dropped, stale and all-equal groups included)
             "explore/eur": float(((batch.advantages != 0) & (batch.weight > 0)).sum()) / max(self._generated_since_update, 1),

@@ -1,0 +1,194 @@
+"""``brorl sweep``: what widening N does on the demo task, at equal generated samples and at
+equal learner steps, over several seeds — through the real services (one local cluster, runs
+one after another on the same learner).
+
+For every (regime, N, seed) it runs RL from the same warm-start, evaluates held-out greedy
+accuracy at a few points of the run (the published weight versions), and collects from the
+run's metrics: samples/s, gradient-norm mean and spread, advantage spread, EUR. It writes
+``docs/sweep/results.json``, ``docs/sweep/table.md`` and plots (``docs/sweep/*.png``).
+"""
+from __future__ import annotations
+
+import json
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import yaml
+from pydantic import Field
+
+from brorl.config import StrictModel, deep_merge, parse_overrides, parse_text, validate
+from brorl.demo_cmd import prepare_demo_inputs
+from brorl.launcher import REPO_ROOT, Cluster, ClusterSpec
+from brorl.runconfig import RunConfig
+
+
+class SweepConfig(StrictModel):
+    ns: list[int] = Field([16, 64, 256, 512], description="Group sizes N compared.")
+    seeds: list[int] = Field([0, 1, 2], description="Seeds (learner seed and prompt order).")
+    equal_steps: int = Field(30, ge=1, description="Learner steps of every run in the equal-steps regime.")
+    sample_budget: int = Field(15360, ge=16, description="Paths generated per run in the equal-samples regime (steps = budget / N).")
+    eval_problems: int = Field(200, ge=50, description="Held-out problems per evaluation.")
+    eval_points: int = Field(3, ge=1, description="Evaluations per run, evenly spaced over its steps.")
+    workers: int = Field(2, ge=1)
+    threads_per_process: int = Field(1, ge=0)
+    train_problems: int = Field(20000, ge=100)
+    warmstart: list[str] = Field(default_factory=list)
+    rollout: dict = Field(default_factory=dict)
+    run: dict = Field(default_factory=dict, description="Base RunConfig; n, steps and seeds are set per run.")
+    out: str = Field("docs/sweep", description="Where results, table and plots go (relative to the repo).")
+
+
+def add_arguments(p) -> None:
+    p.add_argument("--config", default=str(REPO_ROOT / "configs" / "sweep.yaml"))
+    p.add_argument("--workdir", default=str(REPO_ROOT / ".cache" / "sweep"))
+    p.add_argument("--redis-url", default="redis://127.0.0.1:6379/0")
+    p.add_argument("--base-port", type=int, default=50160)
+    p.add_argument("overrides", nargs="*", help="sweep config overrides, e.g. ns=[16,64] seeds=[0]")
+
+
+def plan(cfg: SweepConfig) -> list[dict]:
+    runs = []
+    for regime in ("equal_steps", "equal_samples"):
+        for n in cfg.ns:
+            steps = cfg.equal_steps if regime == "equal_steps" else max(1, cfg.sample_budget // n)
+            for seed in cfg.seeds:
+                runs.append({"regime": regime, "n": n, "seed": seed, "steps": steps})
+    return runs
+
+
+def eval_versions(weights: Path, tokenizer: Path, versions: list[int], n: int) -> dict[int, float]:
+    dirs = [str(weights / f"v{v:08d}") for v in versions]
+    out = subprocess.run([sys.executable, "-m", "demo.eval_many", "--tokenizer", str(tokenizer), "--n", str(n), *dirs],
+                         cwd=REPO_ROOT, capture_output=True, text=True, check=True)
+    acc = {}
+    for line in out.stdout.splitlines():
+        row = json.loads(line)
+        acc[int(Path(row["model"]).name[1:])] = row["accuracy"]
+    return acc
+
+
+def summarize(run: dict, metrics: list[dict]) -> dict:
+    steps = [m for m in metrics if "learner/loss" in m]
+    grad = [m["learner/grad_norm"] for m in steps]
+    adv = [m.get("learner/adv_std", 0.0) for m in steps]
+    elapsed = (metrics[-1]["time"] - metrics[0]["time"]) if len(metrics) > 1 else 0.0
+    generated = steps[-1].get("rollout/generated", 0) if steps else 0
+    return {**run, "generated": generated, "samples_per_s": generated / elapsed if elapsed else 0.0,
+            "wall_s": elapsed, "grad_norm_mean": statistics.fmean(grad) if grad else 0.0,
+            "grad_norm_std": statistics.pstdev(grad) if len(grad) > 1 else 0.0,
+            "adv_std_mean": statistics.fmean(adv) if adv else 0.0,
+            "eur_mean": statistics.fmean(m.get("explore/eur", 0.0) for m in steps) if steps else 0.0}
+
+
+def run_sweep(args) -> int:
+    from brorl.client import LearnerClient
+    data = deep_merge(parse_text(Path(args.config).read_text(), source=args.config), parse_overrides(args.overrides))
+    cfg = validate(SweepConfig, data)
+    work = Path(args.workdir).resolve()
+    out = (REPO_ROOT / cfg.out).resolve()
+    out.mkdir(parents=True, exist_ok=True)
+    model, train_data, base_acc = prepare_demo_inputs(work, cfg.warmstart, cfg.train_problems, cfg.eval_problems)
+    runs = plan(cfg)
+    print(f"sweep: {len(runs)} runs (N in {cfg.ns}, seeds {cfg.seeds}); warm-start accuracy {base_acc:.1%}")
+    spec = ClusterSpec(model=str(model), workdir=work, rollout_workers=cfg.workers, redis_url=args.redis_url,
+                       reward_port=args.base_port, learner_port=args.base_port + 1, rollout_base_port=args.base_port + 10,
+                       rollout_overrides=cfg.rollout, threads_per_process=cfg.threads_per_process,
+                       learner_overrides={"keep_weight_versions": 100_000})
+    results = []
+    started = time.time()
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    with Cluster(spec) as cluster:
+        client = LearnerClient(cluster.learner_address)
+        for i, run in enumerate(runs):
+            run_cfg = deep_merge(cfg.run, {"model": str(model), "data": {"train_path": str(train_data), "shuffle_seed": run["seed"]},
+                                           "sampling": {"n": run["n"]},
+                                           "train": {"steps": run["steps"], "seed": run["seed"]},
+                                           "async": {"publish_every": 1}})
+            rc: RunConfig = validate(RunConfig, run_cfg)
+            run_id = f"sweep-{stamp}-{run['regime']}-n{run['n']}-s{run['seed']}"
+            info = client.start(yaml.safe_dump(json.loads(rc.model_dump_json(by_alias=True))), run_id=run_id)
+            for _ in client.watch(info.run_id):
+                pass
+            final = client.get(info.run_id)
+            if final.state != "finished":
+                raise SystemExit(f"{run_id} {final.state}: {final.message}")
+            run_dir = Path(final.run_dir)
+            metrics = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+            points = sorted({max(1, round(run["steps"] * (k + 1) / cfg.eval_points)) for k in range(cfg.eval_points)})
+            acc = eval_versions(run_dir / "weights", model, points, cfg.eval_problems)
+            row = summarize(run, metrics)
+            row["accuracy_curve"] = [{"step": s, "samples": s * run["n"], "accuracy": acc[s]} for s in points]
+            row["accuracy_final"] = acc[points[-1]]
+            results.append(row)
+            print(f"[{i + 1}/{len(runs)}] {run['regime']:13s} N={run['n']:4d} seed={run['seed']} steps={run['steps']:4d} "
+                  f"acc={row['accuracy_final']:.1%} samples/s={row['samples_per_s']:.0f} "
+                  f"({(time.time() - started) / 60:.1f} min)", flush=True)
+    report = {"config": cfg.model_dump(), "warmstart_accuracy": base_acc, "runs": results,
+              "wall_minutes": (time.time() - started) / 60,
+              "command": "brorl sweep " + " ".join(args.overrides)}
+    (out / "results.json").write_text(json.dumps(report, indent=1))
+    write_table(report, out / "table.md")
+    write_plots(report, out)
+    print(f"wrote {out}/results.json, table.md and plots in {report['wall_minutes']:.1f} min")
+    return 0
+
+
+def _agg(values: list[float]) -> str:
+    if not values:
+        return "-"
+    mean = statistics.fmean(values)
+    return f"{mean:.3f} ± {statistics.pstdev(values):.3f}" if len(values) > 1 else f"{mean:.3f}"
+
+
+def write_table(report: dict, path: Path) -> None:
+    lines = [f"Warm-start held-out accuracy: {report['warmstart_accuracy']:.3f}. "
+             f"Mean ± std over seeds {report['config']['seeds']}.", "",
+             "| regime | N | steps | generated | held-out acc (final) | samples/s | grad-norm mean | grad-norm std (over steps) | adv std | EUR |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
+    for regime in ("equal_steps", "equal_samples"):
+        for n in report["config"]["ns"]:
+            rows = [r for r in report["runs"] if r["regime"] == regime and r["n"] == n]
+            if not rows:
+                continue
+            lines.append(f"| {regime} | {n} | {rows[0]['steps']} | {rows[0]['generated']:.0f} | "
+                         f"{_agg([r['accuracy_final'] for r in rows])} | {_agg([r['samples_per_s'] for r in rows])} | "
+                         f"{_agg([r['grad_norm_mean'] for r in rows])} | {_agg([r['grad_norm_std'] for r in rows])} | "
+                         f"{_agg([r['adv_std_mean'] for r in rows])} | {_agg([r['eur_mean'] for r in rows])} |")
+    path.write_text("\n".join(lines) + "\n")
+
+
+def write_plots(report: dict, out: Path) -> None:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    for regime, x_key, xlabel in (("equal_samples", "samples", "generated samples"), ("equal_steps", "step", "learner steps")):
+        fig, ax = plt.subplots(figsize=(6, 4))
+        for n in report["config"]["ns"]:
+            rows = [r for r in report["runs"] if r["regime"] == regime and r["n"] == n]
+            if not rows:
+                continue
+            xs = [p[x_key] for p in rows[0]["accuracy_curve"]]
+            ys = [statistics.fmean(r["accuracy_curve"][i]["accuracy"] for r in rows) for i in range(len(xs))]
+            ax.plot([0] + xs, [report["warmstart_accuracy"]] + ys, marker="o", label=f"N={n}")
+        ax.set_xlabel(xlabel)
+        ax.set_ylabel("held-out greedy accuracy")
+        ax.set_title(f"{regime.replace('_', ' ')} (mean over seeds)")
+        ax.legend()
+        fig.tight_layout()
+        fig.savefig(out / f"accuracy_{regime}.png", dpi=100)
+        plt.close(fig)
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for regime in ("equal_steps", "equal_samples"):
+        ns = [n for n in report["config"]["ns"] if any(r["regime"] == regime and r["n"] == n for r in report["runs"])]
+        ax.plot(ns, [statistics.fmean(r["grad_norm_std"] for r in report["runs"] if r["regime"] == regime and r["n"] == n)
+                     for n in ns], marker="o", label=f"grad-norm std, {regime.replace('_', ' ')}")
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel("N (paths per prompt)")
+    ax.set_ylabel("std of gradient norm over steps")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(out / "gradient_spread.png", dpi=100)
+    plt.close(fig)
