@@ -1,8 +1,183 @@
+"""Reward service configuration: server settings plus named reward functions (``type`` + params).
+
+Every function is reachable by its name through ScoreBatch. ``math_answer``, ``format``, ``code``,
+``relevance``, ``safety`` and ``diversity`` exist even when not listed; listing one of those names
+replaces its defaults. See docs/rewards.md for every key with an example.
+"""
 from __future__ import annotations
 
-from pydantic import Field
+import math
+import os
+import re
+from typing import Annotated, Literal, Union
+
+from pydantic import Field, field_validator, model_validator
 
 from brorl.config import StrictModel
+
+
+class MathAnswerSpec(StrictModel):
+    type: Literal["math_answer"] = "math_answer"
+    rel_tol: float = Field(1e-6, ge=0, le=0.1, description="Relative tolerance for non-integer numeric answers.")
+    symbolic: bool = Field(True, description="Compare non-numeric answers symbolically with sympy (guarded).")
+
+
+class FormatSpec(StrictModel):
+    type: Literal["format"] = "format"
+    pattern: str = Field("", description="Regex the whole completion must match; empty = a bare number.")
+
+    _valid = field_validator("pattern")(classmethod(lambda cls, v: _regexes([v])[0]))
+
+
+def _regexes(patterns: list[str]) -> list[str]:
+    for pattern in patterns:
+        try:
+            re.compile(pattern)
+        except re.error as exc:
+            raise ValueError(f"{pattern!r} is not a valid regular expression: {exc}") from None
+    return patterns
+
+
+class CodeSpec(StrictModel):
+    type: Literal["code"] = "code"
+    mode: Literal["binary", "partial", "shaped"] = Field(
+        "partial", description="binary: 1 if all tests pass; partial: fraction passed; shaped: weighted "
+                               "syntax-valid + ran-without-error + fraction passed.")
+    syntax_weight: float = Field(0.1, ge=0, description="shaped mode: weight of 'the code compiles'.")
+    runs_weight: float = Field(0.2, ge=0, description="shaped mode: weight of 'the code ran without error'.")
+    tests_weight: float = Field(0.7, ge=0, description="shaped mode: weight of the fraction of tests passed.")
+    wall_s: float = Field(2.0, gt=0, le=600, description="Wall-clock limit per completion (seconds).")
+    cpu_s: float = Field(2.0, gt=0, le=600, description="CPU-time limit per completion (RLIMIT_CPU, seconds).")
+    memory_mb: int = Field(256, ge=32, le=65536, description="Address-space limit (RLIMIT_AS, MiB).")
+    file_size_mb: int = Field(8, ge=1, le=4096, description="Largest file the code may write (RLIMIT_FSIZE, MiB).")
+    disk_mb: int = Field(64, ge=1, le=65536, description="Size of the sandbox tmpfs shared by running jobs (MiB).")
+    nproc: int = Field(32, ge=1, le=4096, description="Process limit per job (RLIMIT_NPROC on a per-job uid).")
+    nofile: int = Field(64, ge=16, le=4096, description="Open-file limit per job (RLIMIT_NOFILE).")
+    concurrency: int = Field(default_factory=lambda: min(32, 2 * (os.cpu_count() or 1)), ge=1, le=256,
+                             description="Jobs run at once (the bounded pool); the rest wait in a queue.")
+    isolation: Literal["auto", "namespaces", "guard"] = Field(
+        "auto", description="namespaces: own net/mount/pid namespaces, read-only filesystem, per-job uid "
+                            "(needs root); guard: rlimits + an in-process audit-hook guard; auto: namespaces "
+                            "when root, else guard.")
+    uid_base: int = Field(0, ge=0, lt=2**31, description="First uid of the per-job uids (0: a random block).")
+    prepend_prompt: bool = Field(False, description="Run prompt + code (HumanEval style: the prompt holds the "
+                                                    "signature).")
+    max_code_chars: int = Field(50_000, ge=1, description="Longer code is not run (status error).")
+    max_tests: int = Field(200, ge=1, description="Largest number of test snippets a reference may hold.")
+
+    @model_validator(mode="after")
+    def _weights(self):
+        if self.mode == "shaped" and self.syntax_weight + self.runs_weight + self.tests_weight <= 0:
+            raise ValueError("shaped mode needs syntax_weight + runs_weight + tests_weight > 0")
+        return self
+
+
+class RewardModelSpec(StrictModel):
+    type: Literal["reward_model"] = "reward_model"
+    path: str = Field(..., min_length=1, description="Directory written by `python -m services.reward.rm_train`.")
+    batch_size: int = Field(32, ge=1, le=4096, description="Sequences per forward pass.")
+    max_length: int = Field(512, ge=8, description="Tokens kept per sequence (longer inputs keep their tail).")
+    template: str = Field("{prompt}{completion}", description="How prompt and completion are joined.")
+    scale: float = Field(1.0, description="reward = scale * (raw score - offset).")
+    offset: float = Field(0.0, description="Subtracted from the raw score before scaling.")
+    threads: int = Field(0, ge=0, le=256, description="torch CPU threads for scoring (0: leave torch's default).")
+
+
+class RelevanceSpec(StrictModel):
+    type: Literal["relevance"] = "relevance"
+    model_path: str = Field("", description="Local transformers encoder (mean-pooled); empty: char n-gram cosine.")
+    ngram: int = Field(3, ge=1, le=8, description="Fallback: character n-gram size.")
+    max_length: int = Field(256, ge=8, description="Tokens per text for the embedding model.")
+    batch_size: int = Field(32, ge=1, description="Texts per forward pass for the embedding model.")
+
+
+class SafetySpec(StrictModel):
+    type: Literal["safety"] = "safety"
+    sensitive_words: list[str] | None = Field(None, description="Any of these (whole word, case-insensitive) → "
+                                                                "reward 0; None: the built-in list.")
+    toxicity_lexicon: dict[str, float] | None = Field(None, description="word → weight in (0, 1]; None: built-in.")
+    toxicity_scale: float = Field(1.0, gt=0, description="toxicity = min(1, sum of hit weights / scale).")
+
+
+class DiversitySpec(StrictModel):
+    type: Literal["diversity"] = "diversity"
+    n: int = Field(2, ge=1, le=8, description="n-gram order.")
+    unit: Literal["word", "char"] = Field("word", description="Tokens are words or characters.")
+
+
+class CompositeSpec(StrictModel):
+    type: Literal["composite"] = "composite"
+    components: dict[str, float] = Field(..., description="Registry name → weight; total = sum(weight * reward).")
+
+    @field_validator("components")
+    @classmethod
+    def _check(cls, value: dict[str, float]) -> dict[str, float]:
+        check_weights(value)
+        return value
+
+
+class JudgeSpec(StrictModel):
+    type: Literal["judge"] = "judge"
+    base_url: str = Field(..., min_length=1, description="OpenAI-compatible server root, e.g. http://host:8000 "
+                                                         "(the judge posts to {base_url}/v1/chat/completions).")
+    model: str = Field("judge", description="Model name sent in the request.")
+    api_key_env: str = Field("", description="Environment variable holding the API key (never the key itself).")
+    rubric: str = Field("", description="Prompt template with {prompt}, {completion}, {reference}, {min}, {max}; "
+                                        "empty: the built-in rubric.")
+    score_min: float = Field(0.0, description="Lowest score the rubric allows.")
+    score_max: float = Field(10.0, description="Highest score the rubric allows; reward = score scaled to [0, 1].")
+    timeout_s: float = Field(30.0, gt=0, le=600, description="Per-request timeout.")
+    retries: int = Field(2, ge=0, le=10, description="Extra attempts after a timeout, connection error, 429 or 5xx.")
+    backoff_s: float = Field(0.5, ge=0, le=60, description="Sleep before retry k is backoff_s * 2**k.")
+    concurrency: int = Field(8, ge=1, le=256, description="Requests in flight at once.")
+    max_tokens: int = Field(256, ge=1, description="max_tokens sent to the judge.")
+    temperature: float = Field(0.0, ge=0, le=2, description="temperature sent to the judge.")
+
+    @model_validator(mode="after")
+    def _range(self):
+        if not self.score_max > self.score_min:
+            raise ValueError("score_max must be greater than score_min")
+        return self
+
+
+class PipelineSpec(StrictModel):
+    type: Literal["pipeline"] = "pipeline"
+    scorer: str = Field(..., description="The expensive function run only for paths that pass every check.")
+    max_chars: int = Field(0, ge=0, description="Safety filter: completions are truncated to this length (0: off).")
+    sensitive_words: list[str] = Field(default_factory=list, description="Safety filter: any of these → status "
+                                                                         "filtered (checked before everything).")
+    filtered_reward: float = Field(0.0, description="Reward of a filtered path.")
+    min_chars: int = Field(0, ge=0, description="Rule: shorter completions fail (early exit).")
+    max_chars_rule: int = Field(0, ge=0, description="Rule: longer completions fail (0: off).")
+    require_regex: list[str] = Field(default_factory=list, description="Rule: each must match somewhere.")
+    forbid_regex: list[str] = Field(default_factory=list, description="Rule: none may match.")
+    gates: dict[str, float] = Field(default_factory=dict, description="Cheap registry functions → the minimum "
+                                                                      "reward to continue, run in order.")
+    fail_reward: float = Field(0.0, description="Reward of a path that fails a rule or gate.")
+    clip: float = Field(3.0, ge=0, description="Final reward is clipped to [-clip, clip] (0: off).")
+
+    _valid = field_validator("require_regex", "forbid_regex")(classmethod(lambda cls, v: _regexes(v)))
+
+
+FunctionSpec = Annotated[Union[MathAnswerSpec, FormatSpec, CodeSpec, RewardModelSpec, RelevanceSpec, SafetySpec,
+                               DiversitySpec, CompositeSpec, JudgeSpec, PipelineSpec], Field(discriminator="type")]
+
+DEFAULT_FUNCTIONS = ("math_answer", "format", "code", "relevance", "safety", "diversity")
+
+
+def default_specs() -> dict[str, StrictModel]:
+    return {"math_answer": MathAnswerSpec(), "format": FormatSpec()}
+
+
+def check_weights(weights: dict[str, float]) -> None:
+    """Raise ValueError saying what to fix when composite weights are unusable."""
+    if not weights:
+        raise ValueError("needs at least one component, e.g. {relevance: 0.5, safety: 0.5}")
+    for name, w in weights.items():
+        if not isinstance(w, (int, float)) or isinstance(w, bool) or not math.isfinite(w):
+            raise ValueError(f"weight of {name!r} must be a finite number, got {w!r}")
+    if all(w == 0 for w in weights.values()):
+        raise ValueError("all weights are 0; give at least one component a non-zero weight")
 
 
 class RewardServiceConfig(StrictModel):
@@ -10,3 +185,14 @@ class RewardServiceConfig(StrictModel):
     max_batch: int = Field(4096, ge=1, description="Largest ScoreBatch accepted; more is RESOURCE_EXHAUSTED.")
     workers: int = Field(8, ge=1, le=256, description="gRPC handler threads.")
     port_file: str = Field("", description="If set, the bound port is written here once serving.")
+    clip: float = Field(3.0, ge=0, description="Every reward is clipped to [-clip, clip] (0: off).")
+    functions: dict[str, FunctionSpec] = Field(default_factory=default_specs,
+                                               description="Reward functions by name (type + params).")
+
+    @field_validator("functions")
+    @classmethod
+    def _names(cls, value: dict) -> dict:
+        for name in value:
+            if not name or ":" in name or name != name.strip():
+                raise ValueError(f"function name {name!r} must be non-empty, without ':' or outer spaces")
+        return value

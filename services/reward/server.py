@@ -10,7 +10,7 @@ from brorl.errors import InvalidArgument, ResourceExhausted
 from brorl.v1 import reward_pb2, reward_pb2_grpc
 from services.reward.base import Score, ScoreItem
 from services.reward.config import RewardServiceConfig
-from services.reward.registry import Registry, default_registry
+from services.reward.registry import Registry, build_registry
 
 log = logging.getLogger(__name__)
 SERVICE_NAME = reward_pb2.DESCRIPTOR.services_by_name["RewardService"].full_name
@@ -42,7 +42,8 @@ class RewardServicer(reward_pb2_grpc.RewardServiceServicer):
         if not request.reward_fn:
             raise InvalidArgument("reward_fn", "is empty; name a function from ListRewardFunctions")
         if len(request.items) > self.max_batch:
-            raise ResourceExhausted(f"items: batch of {len(request.items)} exceeds max_batch={self.max_batch}; split it")
+            raise ResourceExhausted(f"items: batch of {len(request.items)} exceeds max_batch={self.max_batch}; "
+                                    f"split it into batches of at most {self.max_batch}")
         self.registry.get(request.reward_fn)  # unknown name → INVALID_ARGUMENT even for an empty batch
         start = time.perf_counter()
         scores = self.registry.score(request.reward_fn, [_item(i) for i in request.items])
@@ -56,19 +57,34 @@ class RewardServicer(reward_pb2_grpc.RewardServiceServicer):
             functions=[reward_pb2.RewardFunctionInfo(name=n, description=d) for n, d in self.registry.describe()])
 
 
-def build_server(config: RewardServiceConfig, registry: Registry | None = None) -> rpc.Server:
-    server = rpc.Server(config.bind, [SERVICE_NAME], max_workers=config.workers)
-    servicer = RewardServicer(registry or default_registry(), config.max_batch)
+class RewardServer(rpc.Server):
+    """An rpc.Server that also closes its registry (the code sandbox, judge pools) when stopped."""
+
+    registry: Registry
+
+    def stop(self, grace: float = 2.0) -> None:
+        try:
+            super().stop(grace)
+        finally:
+            self.registry.close()
+
+
+def build_server(config: RewardServiceConfig, registry: Registry | None = None) -> RewardServer:
+    registry = registry if registry is not None else build_registry(config)
+    server = RewardServer(config.bind, [SERVICE_NAME], max_workers=config.workers)
+    server.registry = registry
+    servicer = RewardServicer(registry, config.max_batch)
     reward_pb2_grpc.add_RewardServiceServicer_to_server(servicer, server.grpc)
     return server
 
 
 def serve(config: RewardServiceConfig) -> None:
     server = build_server(config).start()
-    server.set_serving(True)  # stateless: ready as soon as the registry is built
+    server.registry.warm()          # load reward models before saying SERVING
+    server.set_serving(True)
     if config.port_file:
         Path(config.port_file).write_text(str(server.port))
-    log.info("reward service on port %d", server.port)
+    log.info("reward service on port %d with functions: %s", server.port, ", ".join(server.registry.names()))
     try:
         server.wait()
     finally:

@@ -1,0 +1,101 @@
+"""Hierarchical evaluation with early exit: safety filters, then cheap checks, then one expensive scorer.
+
+Order, per path:
+  1. safety filters — the completion is truncated to ``max_chars``; a sensitive word anywhere in it
+     (also past the cut) → status "filtered", reward ``filtered_reward``; nothing else runs.
+  2. rules — ``min_chars``, ``max_chars_rule``, ``require_regex``, ``forbid_regex``; the first that fails
+     ends the path with ``fail_reward`` (status ok, detail "early exit ...").
+  3. gates — cheap registry functions in order (e.g. ``format: 1.0``); a reward below the minimum (or a
+     status other than ok) ends the path the same way.
+  4. scorer — the expensive function (reward model, judge, code, composite), called once, batched, for
+     the paths still standing; its reward is clipped to ±``clip``.
+Components record every gate's reward (``gate/<name>``), the scorer's components, ``truncated`` and
+``exit_stage`` (0 filtered, 1 rules, 2 gates, 3 scored).
+"""
+from __future__ import annotations
+
+import re
+
+from services.reward.base import Score, ScoreItem
+from services.reward.config import PipelineSpec
+from services.reward.text_rewards import _phrase_pattern
+
+
+class Pipeline:
+    def __init__(self, name: str, spec: PipelineSpec, registry):
+        self.name, self.spec, self.registry = name, spec, registry
+        self.sensitive = _phrase_pattern(spec.sensitive_words)
+        self.require = [re.compile(p) for p in spec.require_regex]
+        self.forbid = [re.compile(p) for p in spec.forbid_regex]
+        gates = ", ".join(f"{g}>={m:g}" for g, m in spec.gates.items()) or "none"
+        self.description = f"Filters, rules, gates ({gates}), then {spec.scorer}; clipped to ±{spec.clip:g}."
+
+    def dependencies(self) -> list[str]:
+        return list(self.spec.gates) + [self.spec.scorer]
+
+    def _rule_failure(self, text: str) -> str | None:
+        s = self.spec
+        if len(text) < s.min_chars:
+            return f"shorter than min_chars={s.min_chars}"
+        if s.max_chars_rule and len(text) > s.max_chars_rule:
+            return f"longer than max_chars_rule={s.max_chars_rule}"
+        for pat in self.require:
+            if not pat.search(text):
+                return f"does not match require_regex {pat.pattern!r}"
+        for pat in self.forbid:
+            if pat.search(text):
+                return f"matches forbid_regex {pat.pattern!r}"
+        return None
+
+    def score_batch(self, items: list[ScoreItem]) -> list[Score]:
+        s = self.spec
+        out: list[Score | None] = [None] * len(items)
+        comps: list[dict[str, float]] = [{} for _ in items]
+        latency = [0.0] * len(items)
+        alive: list[int] = []
+        work: list[ScoreItem] = []
+        for i, item in enumerate(items):
+            text = item.completion
+            truncated = bool(s.max_chars) and len(text) > s.max_chars
+            if truncated:
+                text = text[:s.max_chars]
+            comps[i]["truncated"] = float(truncated)
+            hit = self.sensitive.search(item.completion) if self.sensitive else None   # the whole completion
+            if hit:
+                comps[i]["exit_stage"] = 0.0
+                out[i] = Score(s.filtered_reward, status="filtered", detail=f"sensitive word {hit.group(0)!r}",
+                               components=comps[i])
+                continue
+            why = self._rule_failure(text)
+            if why:
+                comps[i]["exit_stage"] = 1.0
+                out[i] = Score(s.fail_reward, detail=f"early exit at rules: {why}", components=comps[i])
+                continue
+            alive.append(i)
+            work.append(ScoreItem(item.id, item.prompt, text, item.reference))
+        for gate, minimum in s.gates.items():
+            if not alive:
+                break
+            survivors, still = [], []
+            for i, item, g in zip(alive, work, self.registry.score(gate, work)):
+                comps[i][f"gate/{gate}"] = g.reward
+                latency[i] += g.latency_ms
+                if g.status != "ok" or g.reward < minimum:
+                    comps[i]["exit_stage"] = 2.0
+                    detail = f"early exit at gate {gate}: " + (f"{g.status}: {g.detail}" if g.status != "ok"
+                                                               else f"reward {g.reward:g} < {minimum:g}")
+                    out[i] = Score(s.fail_reward, status=g.status, detail=detail, components=comps[i],
+                                   latency_ms=latency[i])
+                else:
+                    survivors.append(i)
+                    still.append(item)
+            alive, work = survivors, still
+        if alive:
+            for i, r in zip(alive, self.registry.score(s.scorer, work)):
+                reward = max(-s.clip, min(s.clip, r.reward)) if s.clip else r.reward
+                comps[i].update(r.components)
+                comps[i][s.scorer] = r.reward
+                comps[i]["exit_stage"] = 3.0
+                out[i] = Score(reward, status=r.status, detail=r.detail, components=comps[i],
+                               latency_ms=latency[i] + r.latency_ms)
+        return out  # type: ignore[return-value]
