@@ -68,6 +68,7 @@ class AsyncConfig(StrictModel):
     publish_every: int = Field(1, ge=1, description="Publish a weight version every this many updates.")
     max_inflight_groups: int = Field(4, ge=1, description="Prompt jobs enqueued but not yet consumed (bounds staleness and Redis size).")
     group_timeout_s: float = Field(600.0, gt=0, description="Fail the run if no group arrives for this long.")
+    max_degenerate_streak: int = Field(500, ge=1, description="Fail the run after this many groups in a row whose rewards were all equal (the task is too hard or too easy for the policy).")
 
 
 class RunConfig(StrictModel):

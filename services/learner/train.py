@@ -93,6 +93,7 @@ class Trainer:
         self.counters: Counter = Counter()
         self.assembler = GroupAssembler()
         self._generated_since_update = 0
+        self._degenerate_streak = 0
         self._last_group: dict[str, float] = {}
 
     # -- setup ---------------------------------------------------------------------------------
@@ -226,7 +227,14 @@ class Trainer:
                     self.counters["learner/skipped_degenerate"] += 1  # no signal: all advantages 0
                     self.counters["learner/dropped_paths/degenerate"] += len(group.paths)
                     self._ack(group_entries)
+                    self._degenerate_streak += 1
+                    if self._degenerate_streak >= self.cfg.asynchrony.max_degenerate_streak:
+                        raise RuntimeError(
+                            f"{self._degenerate_streak} groups in a row had all rewards equal "
+                            f"(last: {rewards[0] if rewards else 'none'}): no learning signal; the task is too "
+                            "hard or too easy for this policy, or the reward function does not fit the data")
                 else:
+                    self._degenerate_streak = 0
                     groups.append(group)
                     entries.extend(group_entries)
                     intake["learner/staleness_sum"] += staleness

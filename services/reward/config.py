@@ -22,6 +22,11 @@ class MathAnswerSpec(StrictModel):
     symbolic: bool = Field(True, description="Compare non-numeric answers symbolically with sympy (guarded).")
 
 
+class ExactMatchSpec(StrictModel):
+    type: Literal["exact_match"] = "exact_match"
+    strip: bool = Field(True, description="Ignore leading/trailing whitespace on both sides.")
+
+
 class FormatSpec(StrictModel):
     type: Literal["format"] = "format"
     pattern: str = Field("", description="Regex the whole completion must match; empty = a bare number.")
@@ -159,7 +164,7 @@ class PipelineSpec(StrictModel):
     _valid = field_validator("require_regex", "forbid_regex")(classmethod(lambda cls, v: _regexes(v)))
 
 
-FunctionSpec = Annotated[Union[MathAnswerSpec, FormatSpec, CodeSpec, RewardModelSpec, RelevanceSpec, SafetySpec,
+FunctionSpec = Annotated[Union[MathAnswerSpec, ExactMatchSpec, FormatSpec, CodeSpec, RewardModelSpec, RelevanceSpec, SafetySpec,
                                DiversitySpec, CompositeSpec, JudgeSpec, PipelineSpec], Field(discriminator="type")]
 
 DEFAULT_FUNCTIONS = ("math_answer", "format", "code", "relevance", "safety", "diversity")

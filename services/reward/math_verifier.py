@@ -264,6 +264,20 @@ class MathAnswer:
         return out
 
 
+class ExactMatch:
+    name = "exact_match"
+    description = ("1 if the completion is exactly the reference string (surrounding whitespace ignored), else 0: "
+                   "'098' does not match '98', unlike math_answer.")
+
+    def __init__(self, name: str = "exact_match", strip: bool = True):
+        self.name, self.strip = name, strip
+
+    def score_batch(self, items: list[ScoreItem]) -> list[Score]:
+        if self.strip:
+            return [Score(float(i.completion.strip() == i.reference.strip())) for i in items]
+        return [Score(float(i.completion == i.reference)) for i in items]
+
+
 class FormatReward:
     name = "format"
     description = "1 if the completion is a single bare number (optionally \\boxed{}), else 0; no reference needed."

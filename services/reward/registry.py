@@ -116,6 +116,9 @@ def build_function(name: str, spec, registry: Registry) -> RewardFunction:
     if kind == "math_answer":
         from services.reward.math_verifier import MathAnswer
         return MathAnswer(name, spec.rel_tol, spec.symbolic)
+    if kind == "exact_match":
+        from services.reward.math_verifier import ExactMatch
+        return ExactMatch(name, spec.strip)
     if kind == "format":
         from services.reward.math_verifier import FormatReward
         return FormatReward(name, spec.pattern)
@@ -144,7 +147,7 @@ def build_function(name: str, spec, registry: Registry) -> RewardFunction:
 def build_registry(config) -> Registry:
     """The registry for a RewardServiceConfig: built-in defaults, overridden and extended by config.functions."""
     from services.reward import config as cfg
-    defaults = {"math_answer": cfg.MathAnswerSpec(), "format": cfg.FormatSpec(), "code": cfg.CodeSpec(),
+    defaults = {"math_answer": cfg.MathAnswerSpec(), "exact_match": cfg.ExactMatchSpec(), "format": cfg.FormatSpec(), "code": cfg.CodeSpec(),
                 "relevance": cfg.RelevanceSpec(), "safety": cfg.SafetySpec(), "diversity": cfg.DiversitySpec()}
     specs = {**defaults, **config.functions}
     registry = Registry(clip=config.clip)

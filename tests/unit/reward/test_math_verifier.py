@@ -80,3 +80,11 @@ def test_format_reward_default_and_custom_pattern():
     items = [ScoreItem("a", "", "42", ""), ScoreItem("b", "", "\\boxed{7}", ""), ScoreItem("c", "", "it is 4", "")]
     assert [s.reward for s in FormatReward().score_batch(items)] == [1.0, 1.0, 0.0]
     assert [s.reward for s in FormatReward("f", r"^it is \d+$").score_batch(items)] == [0.0, 0.0, 1.0]
+
+
+def test_exact_match_is_stricter_than_math_answer():
+    from services.reward.base import ScoreItem
+    from services.reward.math_verifier import ExactMatch, MathAnswer
+    items = [ScoreItem("a", "", "098", "98"), ScoreItem("b", "", " 98 ", "98"), ScoreItem("c", "", "97", "98")]
+    assert [s.reward for s in ExactMatch().score_batch(items)] == [0.0, 1.0, 0.0]
+    assert [s.reward for s in MathAnswer().score_batch(items)] == [1.0, 1.0, 0.0]
