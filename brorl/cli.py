@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import signal
 import subprocess
 import sys
 import time
@@ -167,6 +168,10 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def _interrupt(*_):
+    raise KeyboardInterrupt
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     parser = build_parser()
@@ -180,6 +185,8 @@ def main(argv: list[str] | None = None) -> int:
         return _passthrough(module, prefix + rest)
     if rest:
         parser.error(f"unrecognized arguments: {' '.join(rest)}")
+    # SIGTERM stops like Ctrl-C, so a launched cluster is torn down by its context manager.
+    signal.signal(signal.SIGTERM, _interrupt)
     handlers = {"demo": "brorl.demo_cmd", "sweep": "brorl.sweep_cmd", "cluster": cmd_cluster, "run": cmd_run, "generate": cmd_generate,
                 "score": cmd_score}
     handler = handlers[args.command]

@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 
 import yaml
-from pydantic import Field
+from pydantic import Field, field_validator
 
 from brorl.config import StrictModel, deep_merge, parse_overrides, parse_text, validate
 from brorl.launcher import REPO_ROOT, Cluster, ClusterSpec
@@ -31,6 +31,12 @@ class DemoConfig(StrictModel):
     eval_problems: int = Field(500, ge=200, description="Held-out problems for the greedy accuracy.")
     train_problems: int = Field(20000, ge=100, description="Prompts written to the RL prompt set.")
     warmstart: list[str] = Field(default_factory=list, description="Extra arguments of `python -m demo warmstart`.")
+
+    @field_validator("warmstart", mode="before")
+    @classmethod
+    def _flags_as_text(cls, value):
+        # `warmstart=[--steps,150]` on the command line parses 150 as a number
+        return [str(v) for v in value] if isinstance(value, list) else value
     threads_per_process: int = Field(1, ge=0, description="OMP threads per service process (2 cores are shared).")
     rollout: dict = Field(default_factory=dict, description="Rollout service overrides (key: value).")
     run: dict = Field(default_factory=dict, description="RunConfig for the learner; model and data.train_path are filled in.")

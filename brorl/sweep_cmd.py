@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 
 import yaml
-from pydantic import Field
+from pydantic import Field, field_validator
 
 from brorl.config import StrictModel, deep_merge, parse_overrides, parse_text, validate
 from brorl.demo_cmd import prepare_demo_inputs
@@ -29,13 +29,19 @@ class SweepConfig(StrictModel):
     ns: list[int] = Field([16, 64, 256, 512], description="Group sizes N compared.")
     seeds: list[int] = Field([0, 1, 2], description="Seeds (learner seed and prompt order).")
     equal_steps: int = Field(30, ge=1, description="Learner steps of every run in the equal-steps regime.")
-    sample_budget: int = Field(15360, ge=16, description="Paths generated per run in the equal-samples regime (steps = budget / N).")
+    sample_budget: int = Field(15360, ge=16, description="Paths sampled for the updates of a run in the equal-samples regime (steps = budget / (N x groups_per_step)).")
     eval_problems: int = Field(200, ge=50, description="Held-out problems per evaluation.")
     eval_points: int = Field(3, ge=1, description="Evaluations per run, evenly spaced over its steps.")
     workers: int = Field(2, ge=1)
     threads_per_process: int = Field(1, ge=0)
     train_problems: int = Field(20000, ge=100)
     warmstart: list[str] = Field(default_factory=list)
+
+    @field_validator("warmstart", mode="before")
+    @classmethod
+    def _flags_as_text(cls, value):
+        # `warmstart=[--steps,150]` on the command line parses 150 as a number
+        return [str(v) for v in value] if isinstance(value, list) else value
     rollout: dict = Field(default_factory=dict)
     run: dict = Field(default_factory=dict, description="Base RunConfig; n, steps and seeds are set per run.")
     out: str = Field("docs/sweep", description="Where results, table and plots go (relative to the repo).")
@@ -50,10 +56,11 @@ def add_arguments(p) -> None:
 
 
 def plan(cfg: SweepConfig) -> list[dict]:
+    per_step = int(cfg.run.get("train", {}).get("groups_per_step", 1))  # prompts per update
     runs = []
     for regime in ("equal_steps", "equal_samples"):
         for n in cfg.ns:
-            steps = cfg.equal_steps if regime == "equal_steps" else max(1, cfg.sample_budget // n)
+            steps = cfg.equal_steps if regime == "equal_steps" else max(1, cfg.sample_budget // (n * per_step))
             for seed in cfg.seeds:
                 runs.append({"regime": regime, "n": n, "seed": seed, "steps": steps})
     return runs
