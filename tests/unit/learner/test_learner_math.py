@@ -87,3 +87,38 @@ def test_fanned_out_group_is_reassembled_exactly_once():
     assert len(ids) == 1024 and len(set(ids)) == 1024
     assert merged.weight_version == 2 and merged.generated == 1024
     assert asm.waiting == 0
+
+
+def test_learner_logprobs_use_each_paths_temperature_and_cutoff():
+    """The learner scores a path under the distribution it was sampled from."""
+    from services.learner.losses import token_logprobs
+
+    class Tiny(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.emb = torch.nn.Embedding(11, 11)
+
+        def forward(self, input_ids, attention_mask):
+            return type("Out", (), {"logits": self.emb(input_ids) * 3})()
+
+    torch.manual_seed(0)
+    model = Tiny()
+    greedy, prev = [], 2
+    for _ in range(3):  # the top-1 token at each step lies inside any top-k cut-off
+        prev = int(model.emb.weight[prev].argmax())
+        greedy.append(prev)
+    g1 = group("a", [1, 2], [greedy], [1.0], temperature=0.5)
+    g2 = group("b", [1, 2], [[3, 4, 5]], [0.0], temperature=1.5)
+    g1.paths[0].sampling.top_k = 4
+    batch = build_batch([g1, g2], advantages_of([g1, g2], normalize_std=False), pad_id=0)
+    logp, _ = token_logprobs(model, batch)
+    logits = model(batch.input_ids, None).logits[:, :-1]
+    for b, (temp, k) in enumerate([(0.5, 4), (1.5, -1)]):
+        scaled = logits[b] / temp
+        if k > 0:
+            kth = scaled.topk(k, -1).values[:, -1:]
+            scaled = scaled.masked_fill(scaled < kth, float("-inf"))
+        want = torch.log_softmax(scaled, -1).gather(-1, batch.targets[b, :, None]).squeeze(-1)
+        mask = batch.loss_mask[b] > 0
+        assert torch.allclose(logp[b][mask], want[mask], atol=1e-5)
+    assert not torch.allclose(logp[0][batch.loss_mask[0] > 0], logp[1][batch.loss_mask[1] > 0], atol=1e-2)
