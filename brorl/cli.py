@@ -37,7 +37,7 @@ def _passthrough(module: str, args: list[str]) -> int:
 def cmd_cluster(args) -> int:
     from brorl.launcher import Cluster, ClusterSpec
     spec = ClusterSpec(model=args.model, workdir=Path(args.workdir), rollout_workers=args.workers,
-                       redis_url=args.redis_url)
+                       redis_url=args.redis_url, namespace=args.namespace)
     with Cluster(spec) as cluster:
         print(f"cluster ready: learner {cluster.learner_address}, reward {cluster.reward_address}, "
               f"rollout {', '.join(cluster.rollout_address(i) for i in range(args.workers))}; logs in {cluster.logs}")
@@ -134,6 +134,7 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--workers", type=int, default=2)
     c.add_argument("--workdir", default=".cache/cluster")
     c.add_argument("--redis-url", default="redis://127.0.0.1:6379/0")
+    c.add_argument("--namespace", default="default", help="keeps clusters that share a Redis apart")
 
     r = sub.add_parser("run", help="control runs on a learner")
     r.add_argument("action", choices=["start", "status", "watch", "stop", "checkpoint"])

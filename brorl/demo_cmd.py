@@ -11,6 +11,7 @@ The demo package (model, task, SFT, evaluation) needs torch, so it runs as subpr
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import time
@@ -100,7 +101,7 @@ def run_demo(args) -> int:
     spec = ClusterSpec(model=str(model), workdir=work, rollout_workers=cfg.workers, redis_url=args.redis_url,
                        reward_port=args.reward_port, learner_port=args.learner_port,
                        rollout_base_port=args.rollout_base_port, rollout_overrides=cfg.rollout,
-                       threads_per_process=cfg.threads_per_process)
+                       threads_per_process=cfg.threads_per_process, namespace=f"demo-{os.getpid()}")
     run_id = time.strftime("demo-%Y%m%d-%H%M%S")
     with Cluster(spec) as cluster:
         print(f"   ready after {time.time() - started:.0f}s; logs in {cluster.logs}")

@@ -53,6 +53,7 @@ class ClusterSpec:
     rollout_overrides: dict = field(default_factory=dict)
     learner_overrides: dict = field(default_factory=dict)
     threads_per_process: int = 0   # 0: leave torch/OMP defaults
+    namespace: str = "default"     # workers follow the learner of their namespace
 
 
 class Cluster:
@@ -135,10 +136,10 @@ class Cluster:
         for i in range(s.rollout_workers):
             self._spawn(f"rollout-{i}", service_command("rollout", {
                 "model": s.model, "bind": self.rollout_address(i), "redis_url": self.redis_url,
-                "reward_address": self.reward_address, **s.rollout_overrides}))
+                "reward_address": self.reward_address, "namespace": s.namespace, **s.rollout_overrides}))
         self._spawn("learner", service_command("learner", {
             "bind": self.learner_address, "redis_url": self.redis_url,
-            "runs_dir": str(s.workdir / "runs"), **s.learner_overrides}))
+            "runs_dir": str(s.workdir / "runs"), "namespace": s.namespace, **s.learner_overrides}))
         self.wait_ready()
 
     def wait_ready(self, timeout: float = 300.0) -> None:

@@ -22,7 +22,10 @@ def keys(run_id: str) -> dict[str, str]:
     return {name: f"{base}:{name}" for name in ("prompts", "paths", "weights", "dead", "done", "metrics")}
 
 
-ACTIVE_RUN_KEY = "brorl:active_run"
+def active_run_key(namespace: str) -> str:
+    """Where a learner announces its current run to the rollout workers of its namespace:
+    clusters sharing one Redis stay apart by using different namespaces."""
+    return f"brorl:active_run:{namespace}"
 
 
 def consumer_name() -> str:

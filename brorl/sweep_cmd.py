@@ -10,6 +10,7 @@ run's metrics: samples/s, gradient-norm mean and spread, advantage spread, EUR. 
 from __future__ import annotations
 
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -103,7 +104,7 @@ def run_sweep(args) -> int:
     spec = ClusterSpec(model=str(model), workdir=work, rollout_workers=cfg.workers, redis_url=args.redis_url,
                        reward_port=args.base_port, learner_port=args.base_port + 1, rollout_base_port=args.base_port + 10,
                        rollout_overrides=cfg.rollout, threads_per_process=cfg.threads_per_process,
-                       learner_overrides={"keep_weight_versions": 100_000})
+                       learner_overrides={"keep_weight_versions": 100_000}, namespace=f"sweep-{os.getpid()}")
     results = []
     started = time.time()
     stamp = time.strftime("%Y%m%d-%H%M%S")

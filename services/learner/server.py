@@ -71,7 +71,8 @@ class LearnerServicer(learner_pb2_grpc.LearnerServiceServicer):
             state = RunState(run_id, run_dir, cfg.train.steps)
             store = WeightStore(self.config.weights_dir or run_dir / "weights")
             trainer = Trainer(run_id, cfg, state, self.r, store, zero_stage=self.config.zero_stage,
-                              keep_versions=self.config.keep_weight_versions, resume=request.resume)
+                              keep_versions=self.config.keep_weight_versions, resume=request.resume,
+                              namespace=self.config.namespace)
             thread = threading.Thread(target=self._train, args=(trainer, state), name=f"train-{run_id}", daemon=True)
             self.runs[run_id], self.threads[run_id] = state, thread
             thread.start()

@@ -77,9 +77,10 @@ def reward_entropy(rewards: list[float]) -> float:
 
 class Trainer:
     def __init__(self, run_id: str, cfg: RunConfig, state: RunState, redis_client, store: WeightStore,
-                 zero_stage: int = 0, keep_versions: int = 3, resume: bool = False):
+                 zero_stage: int = 0, keep_versions: int = 3, resume: bool = False, namespace: str = "default"):
         self.run_id, self.cfg, self.state, self.r, self.store = run_id, cfg, state, redis_client, store
         self.zero_stage, self.keep_versions, self.resume = zero_stage, keep_versions, resume
+        self.namespace = namespace
         self.keys = q.keys(run_id)
         self.prompts = load_prompts(cfg.data.train_path)
         self.order = PromptOrder(len(self.prompts), cfg.data.shuffle_seed)
@@ -122,7 +123,7 @@ class Trainer:
             # run before load it rather than keep that run's weights.
             self.version = -1
             self.publish()
-        self.r.set(q.ACTIVE_RUN_KEY, self.run_id)
+        self.r.set(q.active_run_key(self.namespace), self.run_id)
 
     @property
     def model(self):
@@ -156,8 +157,8 @@ class Trainer:
             self.state.emit(metrics)
         self.checkpoint()
         export_final(self.model, self.cfg.model, self.state.run_dir / "final")
-        if self.r.get(q.ACTIVE_RUN_KEY) == self.run_id.encode():
-            self.r.delete(q.ACTIVE_RUN_KEY)
+        if self.r.get(q.active_run_key(self.namespace)) == self.run_id.encode():
+            self.r.delete(q.active_run_key(self.namespace))
 
     def top_up(self) -> None:
         """Keep max_inflight_groups groups enqueued but not yet consumed; a group is one prompt

@@ -92,7 +92,7 @@ def serve(config: RolloutServiceConfig, engine=None) -> None:
     if config.worker_loop:
         redis_client = q.connect(config.redis_url)
         reward = reward_pb2_grpc.RewardServiceStub(rpc.channel(config.reward_address))
-        worker = RolloutWorker(engine, lock, redis_client, reward, run_id=config.run_id,
+        worker = RolloutWorker(engine, lock, redis_client, reward, run_id=config.run_id, namespace=config.namespace,
                                claim_idle_ms=config.claim_idle_ms, reward_deadline_s=config.reward_deadline_s,
                                stats=stats)
         threads.append(threading.Thread(target=worker.run, args=(stop,), name="rollout-worker", daemon=True))

@@ -32,12 +32,14 @@ class WorkerStats:
 
 class RolloutWorker:
     def __init__(self, engine, engine_lock: threading.Lock, redis_client, reward_stub, *, run_id: str = "",
+                 namespace: str = "default",
                  claim_idle_ms: int = 30_000, reward_deadline_s: float = 120.0, stats: WorkerStats | None = None):
         self.engine = engine
         self.lock = engine_lock
         self.r = redis_client
         self.reward = reward_stub
         self.fixed_run_id = run_id
+        self.namespace = namespace
         self.claim_idle_ms = claim_idle_ms
         self.reward_deadline_s = reward_deadline_s
         self.stats = stats or WorkerStats()
@@ -57,7 +59,7 @@ class RolloutWorker:
     def current_run(self) -> str:
         if self.fixed_run_id:
             return self.fixed_run_id
-        raw = self.r.get(q.ACTIVE_RUN_KEY)
+        raw = self.r.get(q.active_run_key(self.namespace))
         return raw.decode() if raw else ""
 
     def _queue(self, run_id: str) -> q.StreamQueue:

@@ -19,7 +19,7 @@ def cluster(tmp_path_factory):
     procs = {
         "reward": ServiceProc("reward", tmp),
         "rollout": ServiceProc("rollout", tmp, model=model, worker_loop=False, max_n=1024),
-        "learner": ServiceProc("learner", tmp, runs_dir=str(tmp / "runs")),
+        "learner": ServiceProc("learner", tmp, runs_dir=str(tmp / "runs"), namespace=f"contract-{tmp.name}"),
     }
     try:
         for p in procs.values():

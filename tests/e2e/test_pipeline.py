@@ -23,9 +23,10 @@ def cluster(tmp_path_factory):
     data.write_text("".join(json.dumps({"prompt": p.prompt, "reference": p.answer}) + "\n" for p in problems(200, seed=5)))
     procs = [ServiceProc("reward", tmp)]
     procs[0].wait_serving()
+    namespace = f"e2e-{uuid.uuid4().hex[:8]}"   # other clusters may share this Redis
     procs += [ServiceProc("rollout", tmp, name=f"rollout{i}", model=model, reward_address=procs[0].address,
-                          claim_idle_ms=5000) for i in range(2)]
-    procs.append(ServiceProc("learner", tmp, runs_dir=str(tmp / "runs")))
+                          claim_idle_ms=5000, namespace=namespace) for i in range(2)]
+    procs.append(ServiceProc("learner", tmp, runs_dir=str(tmp / "runs"), namespace=namespace))
     try:
         for p in procs:
             p.wait_serving()
