@@ -142,7 +142,7 @@ class Cluster:
             "runs_dir": str(s.workdir / "runs"), "namespace": s.namespace, **s.learner_overrides}))
         self.wait_ready()
 
-    def wait_ready(self, timeout: float = 300.0) -> None:
+    def wait_ready(self, timeout: float = 420.0) -> None:
         deadline = time.monotonic() + timeout
         targets = [("reward", self.reward_address), ("learner", self.learner_address)]
         targets += [(f"rollout-{i}", self.rollout_address(i)) for i in range(self.spec.rollout_workers)]
@@ -217,7 +217,7 @@ class ServiceProc:
             time.sleep(0.1)
         return f"127.0.0.1:{self.port_file.read_text().strip()}"
 
-    def wait_serving(self, timeout: float = 180) -> "ServiceProc":
+    def wait_serving(self, timeout: float = 420) -> "ServiceProc":
         try:
             wait_serving(self.address, timeout=timeout)
         except TimeoutError as exc:
