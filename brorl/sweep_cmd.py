@@ -128,7 +128,8 @@ def run_sweep(args) -> int:
             points = sorted({max(1, round(run["steps"] * (k + 1) / cfg.eval_points)) for k in range(cfg.eval_points)})
             acc = eval_versions(run_dir / "weights", model, points, cfg.eval_problems)
             row = summarize(run, metrics)
-            row["accuracy_curve"] = [{"step": s, "samples": s * run["n"], "accuracy": acc[s]} for s in points]
+            per_step = run_cfg["train"].get("groups_per_step", 1) * run["n"]
+            row["accuracy_curve"] = [{"step": s, "samples": s * per_step, "accuracy": acc[s]} for s in points]
             row["accuracy_final"] = acc[points[-1]]
             results.append(row)
             print(f"[{i + 1}/{len(runs)}] {run['regime']:13s} N={run['n']:4d} seed={run['seed']} steps={run['steps']:4d} "
@@ -154,6 +155,8 @@ def _agg(values: list[float]) -> str:
 def write_table(report: dict, path: Path) -> None:
     lines = [f"Warm-start held-out accuracy: {report['warmstart_accuracy']:.3f}. "
              f"Mean ± std over seeds {report['config']['seeds']}.", "",
+             "`generated` counts every sampled path, including groups skipped because all their rewards "
+             "were equal; the equal-samples budget counts the paths that entered updates.", "",
              "| regime | N | steps | generated | held-out acc (final) | samples/s | grad-norm mean | grad-norm std (over steps) | adv std | EUR |",
              "|---|---|---|---|---|---|---|---|---|---|"]
     for regime in ("equal_steps", "equal_samples"):
@@ -172,7 +175,8 @@ def write_plots(report: dict, out: Path) -> None:
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    for regime, x_key, xlabel in (("equal_samples", "samples", "generated samples"), ("equal_steps", "step", "learner steps")):
+    for regime, x_key, xlabel in (("equal_samples", "samples", "paths in updates (N x prompts per step x steps)"),
+                                  ("equal_steps", "step", "learner steps")):
         fig, ax = plt.subplots(figsize=(6, 4))
         for n in report["config"]["ns"]:
             rows = [r for r in report["runs"] if r["regime"] == regime and r["n"] == n]
