@@ -5,7 +5,7 @@ learner validates it again and answers INVALID_ARGUMENT naming the field.
 """
 from __future__ import annotations
 
-from pydantic import Field, field_validator
+from pydantic import Field, field_validator, model_validator
 
 from brorl.config import StrictModel, parse_text, validate
 
@@ -35,7 +35,15 @@ class SamplingConfig(StrictModel):
 class ExploreConfig(StrictModel):
     oversample_m: int = Field(0, ge=0, le=65536, description="Hierarchical generation: sample M >= n candidates per prompt and keep n (0: off).")
     dedup: str = Field("off", pattern="^(off|keep_one|downweight)$", description="Near-duplicate paths (MinHash over token n-grams): keep one per cluster, or down-weight each to 1/cluster size.")
-    dedup_threshold: float = Field(0.8, gt=0.0, le=1.0, description="Estimated Jaccard similarity at which two paths count as duplicates.")
+    dedup_threshold: float = Field(0.8, gt=0.0, le=1.0, description="Similarity at which two paths count as duplicates: estimated Jaccard (minhash) or cosine (embedding).")
+    dedup_method: str = Field("minhash", pattern="^(minhash|embedding)$", description="minhash: token 3-gram sets (cheap default); embedding: cosine of mean-pooled embeddings from a locally installed encoder.")
+    embedding_model: str = Field("", description="Local encoder directory (on the rollout workers) for dedup_method=embedding; nothing is downloaded.")
+
+    @model_validator(mode="after")
+    def _embedding_needs_model(self):
+        if self.dedup != "off" and self.dedup_method == "embedding" and not self.embedding_model:
+            raise ValueError("dedup_method 'embedding' needs embedding_model: a local encoder directory")
+        return self
     retention: float = Field(1.0, gt=0.0, le=1.0, description="Dynamic path filtering: keep at least this fraction, the highest-scored by the predictor; the rest skip reward evaluation (1: off).")
     predictor: str = Field("logprob", min_length=1, description="Quality predictor for filtering / oversampling: 'logprob' (policy mean log-prob) or a reward function name (e.g. a trained reward model) scored on a prefix.")
     predictor_prefix_tokens: int = Field(0, ge=0, description="Tokens of each path the predictor sees (0: all).")

@@ -114,20 +114,24 @@ class PathGroup(_message.Message):
     def __init__(self, run_id: _Optional[str] = ..., group_id: _Optional[str] = ..., prompt_id: _Optional[str] = ..., prompt: _Optional[str] = ..., prompt_token_ids: _Optional[_Iterable[int]] = ..., reference: _Optional[str] = ..., paths: _Optional[_Iterable[_Union[Path, _Mapping]]] = ..., weight_version: _Optional[int] = ..., worker: _Optional[str] = ..., generate_seconds: _Optional[float] = ..., score_seconds: _Optional[float] = ..., part_index: _Optional[int] = ..., part_count: _Optional[int] = ..., generated: _Optional[int] = ..., dropped: _Optional[_Mapping[str, int]] = ..., stats: _Optional[_Mapping[str, float]] = ...) -> None: ...
 
 class ExploreParams(_message.Message):
-    __slots__ = ("oversample_m", "dedup", "dedup_threshold", "retention", "predictor", "predictor_prefix_tokens")
+    __slots__ = ("oversample_m", "dedup", "dedup_threshold", "retention", "predictor", "predictor_prefix_tokens", "dedup_method", "embedding_model")
     OVERSAMPLE_M_FIELD_NUMBER: _ClassVar[int]
     DEDUP_FIELD_NUMBER: _ClassVar[int]
     DEDUP_THRESHOLD_FIELD_NUMBER: _ClassVar[int]
     RETENTION_FIELD_NUMBER: _ClassVar[int]
     PREDICTOR_FIELD_NUMBER: _ClassVar[int]
     PREDICTOR_PREFIX_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    DEDUP_METHOD_FIELD_NUMBER: _ClassVar[int]
+    EMBEDDING_MODEL_FIELD_NUMBER: _ClassVar[int]
     oversample_m: int
     dedup: str
     dedup_threshold: float
     retention: float
     predictor: str
     predictor_prefix_tokens: int
-    def __init__(self, oversample_m: _Optional[int] = ..., dedup: _Optional[str] = ..., dedup_threshold: _Optional[float] = ..., retention: _Optional[float] = ..., predictor: _Optional[str] = ..., predictor_prefix_tokens: _Optional[int] = ...) -> None: ...
+    dedup_method: str
+    embedding_model: str
+    def __init__(self, oversample_m: _Optional[int] = ..., dedup: _Optional[str] = ..., dedup_threshold: _Optional[float] = ..., retention: _Optional[float] = ..., predictor: _Optional[str] = ..., predictor_prefix_tokens: _Optional[int] = ..., dedup_method: _Optional[str] = ..., embedding_model: _Optional[str] = ...) -> None: ...
 
 class PromptJob(_message.Message):
     __slots__ = ("run_id", "job_id", "group_id", "prompt_id", "prompt", "reference", "sampling", "reward_fn", "learner_step", "part_index", "part_count", "path_offset", "explore")

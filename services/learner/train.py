@@ -174,6 +174,7 @@ class Trainer:
                 # oversampling scales with the part: each part keeps its share of n
                 m = max(math.ceil(e.oversample_m * size / s.n), size) if e.oversample_m else 0
                 explore = common_pb2.ExploreParams(oversample_m=m, dedup=e.dedup, dedup_threshold=e.dedup_threshold,
+                                                   dedup_method=e.dedup_method, embedding_model=e.embedding_model,
                                                    retention=e.retention, predictor=e.predictor,
                                                    predictor_prefix_tokens=e.predictor_prefix_tokens)
                 job = common_pb2.PromptJob(

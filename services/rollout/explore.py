@@ -15,7 +15,8 @@ from typing import Callable
 import numpy as np
 
 from brorl.v1 import common_pb2
-from services.rollout.diversity import dedup, near_duplicate_clusters, path_diversity_index, unique_ngram_ratio
+from services.rollout.diversity import (dedup, embedding_clusters, near_duplicate_clusters, path_diversity_index,
+                                       unique_ngram_ratio)
 from services.rollout.filtering import DropLedger, adaptive_keep, mean_logprob_scores
 
 # scores the given candidate indices with a reward function on their prefixes
@@ -41,7 +42,11 @@ def select(samples, n_keep: int, explore: common_pb2.ExploreParams,
     alive = np.arange(P)
     mode = explore.dedup or "off"
     if mode != "off" and P > 1:
-        clusters = near_duplicate_clusters(seqs, threshold=explore.dedup_threshold or 0.8)
+        if explore.dedup_method == "embedding":
+            clusters = embedding_clusters([s.text for s in samples], explore.embedding_model,
+                                          threshold=explore.dedup_threshold or 0.95)
+        else:
+            clusters = near_duplicate_clusters(seqs, threshold=explore.dedup_threshold or 0.8)
         weights = dedup(clusters, mode)
         stats["explore/clusters"] = float(clusters.max() + 1) if P else 0.0
         if mode == "keep_one":

@@ -82,3 +82,22 @@ def test_reward_model_predictor_is_called_on_prefixes():
     sel = select(samples_from(seqs), 10, explore, scorer)
     assert calls == [("rm_arith", list(range(10)), 4)]
     assert sel.kept == [5, 6, 7, 8, 9]
+
+
+def test_embedding_dedup_uses_the_local_encoder(tmp_path):
+    from tests.unit.test_diversity import _tiny_encoder
+    _tiny_encoder(tmp_path)
+    texts = ["the answer is 42", "x equals seven", "the answer is 42", "so we get 41"]
+    samples = [Sample(token_ids=[i, i + 1, i + 2], logprobs=[-1.0] * 3, text=t, finish_reason="stop")
+               for i, t in enumerate(texts)]   # token ids all differ: MinHash alone would keep all four
+    explore = common_pb2.ExploreParams(dedup="keep_one", dedup_method="embedding", dedup_threshold=0.9999,
+                                       embedding_model=str(tmp_path))
+    sel = select(samples, 4, explore)
+    assert sel.kept == [0, 1, 3] and sel.dropped == {"duplicate": 1}
+
+
+def test_embedding_dedup_config_needs_a_model():
+    from brorl.errors import InvalidArgument
+    from brorl.runconfig import parse_run_config
+    with pytest.raises(InvalidArgument, match="embedding_model"):
+        parse_run_config("model: m\ndata: {train_path: d}\nexplore: {dedup: keep_one, dedup_method: embedding}")
