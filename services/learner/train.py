@@ -291,7 +291,7 @@ class Trainer:
             if last:
                 sums["learner/grad_norm"] = strategy.grad_norm(self.engine)
             self.engine.step()
-            sums["learner/loss"] += float(loss) * weight
+            sums["learner/loss"] += float(loss.detach()) * weight
             for k, v in stats.items():
                 sums[f"learner/{k}"] += v * weight
         rewards = [p.reward for g in groups for p in g.paths]
