@@ -20,7 +20,7 @@ from pathlib import Path
 import yaml
 from pydantic import Field, field_validator
 
-from brorl.config import StrictModel, deep_merge, parse_overrides, parse_text, validate
+from brorl.config import StrictModel, deep_merge, load_config, validate
 from brorl.launcher import REPO_ROOT, Cluster, ClusterSpec
 from brorl.runconfig import RunConfig
 
@@ -77,16 +77,11 @@ def prepare_demo_inputs(work: Path, warmstart_args: list[str], train_problems: i
     return model, data, accuracy(model, eval_problems)
 
 
-def load_demo_config(path: str, overrides: list[str]) -> DemoConfig:
-    data = deep_merge(parse_text(Path(path).read_text(), source=path), parse_overrides(overrides))
-    return validate(DemoConfig, data)
-
-
 def run_demo(args) -> int:
     from brorl.cli import watch_run
     from brorl.client import LearnerClient
 
-    cfg = load_demo_config(args.config, args.overrides)
+    cfg = load_config(DemoConfig, args.config, args.overrides, env_prefix=None)
     work = Path(args.workdir).resolve()
     work.mkdir(parents=True, exist_ok=True)
     started = time.time()

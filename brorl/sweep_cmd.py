@@ -20,7 +20,7 @@ from pathlib import Path
 import yaml
 from pydantic import Field, field_validator
 
-from brorl.config import StrictModel, deep_merge, parse_overrides, parse_text, validate
+from brorl.config import StrictModel, deep_merge, load_config, validate
 from brorl.demo_cmd import prepare_demo_inputs
 from brorl.launcher import REPO_ROOT, Cluster, ClusterSpec
 from brorl.runconfig import RunConfig
@@ -93,8 +93,7 @@ def summarize(run: dict, metrics: list[dict]) -> dict:
 
 def run_sweep(args) -> int:
     from brorl.client import LearnerClient
-    data = deep_merge(parse_text(Path(args.config).read_text(), source=args.config), parse_overrides(args.overrides))
-    cfg = validate(SweepConfig, data)
+    cfg = load_config(SweepConfig, args.config, args.overrides, env_prefix=None)
     work = Path(args.workdir).resolve()
     out = (REPO_ROOT / cfg.out).resolve()
     out.mkdir(parents=True, exist_ok=True)
