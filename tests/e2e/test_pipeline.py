@@ -36,14 +36,14 @@ def cluster(tmp_path_factory):
             p.stop()
 
 
-def run_config(c, steps, n=64, extra=""):
+def run_config(c, steps, n=64, extra="", inflight=4):
     return f"""
 model: {c['model']}
 data: {{train_path: {c['data']}}}
 reward_fn: format
 sampling: {{n: {n}, temperature: 1.0, top_k: -1, top_p: 1.0, max_tokens: 6{extra}}}
 train: {{steps: {steps}, groups_per_step: 2, lr: 0.001, micro_batch_paths: 256}}
-async: {{max_staleness: 2, publish_every: 1, max_inflight_groups: 4}}
+async: {{max_staleness: 2, publish_every: 1, max_inflight_groups: {inflight}}}
 checkpoint_every: 3
 """
 
@@ -82,7 +82,11 @@ def test_two_workers_publish_checkpoint_resume(cluster):
 
 def test_fanned_out_group_of_1024_is_reassembled_once_from_two_workers(cluster):
     client = cluster["client"]
-    info = client.start(run_config(cluster, steps=3, n=1024, extra=", max_paths_per_job: 512"),
+    # One group in flight: its two parts are enqueued together while both workers wait, so each
+    # worker takes one (reads are one job at a time). With several groups in flight the workers
+    # can fall into a phase where each always takes a different group's part, which is correct
+    # but would leave the cross-worker reassembly untested.
+    info = client.start(run_config(cluster, steps=3, n=1024, extra=", max_paths_per_job: 512", inflight=1),
                         run_id=f"fan-{uuid.uuid4().hex[:6]}")
     metrics, final = follow(client, info.run_id)
     assert final.state == "finished", final.message
@@ -90,4 +94,4 @@ def test_fanned_out_group_of_1024_is_reassembled_once_from_two_workers(cluster):
     assert len(updates) == 3
     assert all(u["learner/paths"] == 2 * 1024 for u in updates)       # two whole groups per step
     assert all(u.get("learner/duplicate_parts", 0) == 0 for u in updates)
-    assert any(u["rollout/workers_in_group"] == 2 for u in updates)  # parts sampled by both workers
+    assert any(u["rollout/workers_in_group"] == 2 for u in updates), updates  # parts sampled by both workers
