@@ -1,14 +1,17 @@
 """Work queues on Redis Streams with consumer groups: at-least-once delivery, ack after the
-work is durable, recovery of a dead consumer's pending entries (XAUTOCLAIM), a dead-letter
-stream after too many deliveries, and a bounded stream length.
+work is durable, recovery of a dead consumer's pending entries (XAUTOCLAIM), a lease that a
+live consumer renews while it works (so a long job is not mistaken for a dead one), a
+dead-letter stream after too many deliveries, and a bounded stream length.
 
 Payloads are serialized protobuf messages stored under the field ``data``; never pickle.
 """
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import socket
+import threading
 from dataclasses import dataclass
 
 import redis
@@ -55,6 +58,19 @@ return fresh
 """
 
 
+# Reset an entry's idle time if (and only if) this consumer still owns it: XCLAIM with JUSTID
+# neither returns the payload nor counts a delivery. Checked and claimed in one script so a
+# consumer that was presumed dead never takes an entry back from the one that reclaimed it.
+_RENEW = """
+local p = redis.call('XPENDING', KEYS[1], ARGV[1], ARGV[3], ARGV[3], 1)
+if p[1] == nil or p[1][2] ~= ARGV[2] then
+  return 0
+end
+redis.call('XCLAIM', KEYS[1], ARGV[1], ARGV[2], 0, ARGV[3], 'JUSTID')
+return 1
+"""
+
+
 class StreamQueue:
     """One stream read by one consumer group.
 
@@ -75,6 +91,7 @@ class StreamQueue:
         self.claim_idle_ms = claim_idle_ms
         self.max_deliveries = max_deliveries
         self._publish_once = self.r.register_script(_PUBLISH_ONCE)
+        self._renew = self.r.register_script(_RENEW)
         self.ensure_group()
 
     def ensure_group(self) -> None:
@@ -131,6 +148,36 @@ class StreamQueue:
     def _delivery_count(self, entry_id: str) -> int:
         info = self.r.xpending_range(self.stream, self.group, min=entry_id, max=entry_id, count=1)
         return int(info[0]["times_delivered"]) if info else 1
+
+    def renew(self, entry_id: str) -> bool:
+        """Reset ``entry_id``'s idle time; False when this consumer no longer owns it."""
+        return bool(self._renew(keys=[self.stream], args=[self.group, self.consumer, entry_id]))
+
+    @contextlib.contextmanager
+    def lease(self, entry_id: str, every_s: float | None = None):
+        """Renew ``entry_id`` in a background thread while the body runs (every third of
+        ``claim_idle_ms`` by default): other consumers reclaim it only once this one stops
+        renewing, i.e. died. Losing the lease is logged; publish_once_and_ack keeps the result
+        single either way."""
+        interval = every_s if every_s is not None else self.claim_idle_ms / 3000
+        done = threading.Event()
+
+        def keep() -> None:
+            while not done.wait(interval):
+                try:
+                    if not self.renew(entry_id) and not done.is_set():   # not merely acked meanwhile
+                        log.warning("lost the lease on %s of %s to another consumer", entry_id, self.stream)
+                        return
+                except redis.RedisError as exc:   # Redis away for a moment: try again next tick
+                    log.warning("could not renew %s: %s", entry_id, exc)
+
+        thread = threading.Thread(target=keep, name=f"lease-{entry_id}", daemon=True)
+        thread.start()
+        try:
+            yield
+        finally:
+            done.set()
+            thread.join()
 
     def ack(self, entry_id: str) -> None:
         self.r.xack(self.stream, self.group, entry_id)

@@ -79,7 +79,8 @@ class RolloutWorker:
         queue = self._queue(run_id)
         deliveries = queue.read(count=1, block_ms=500)
         for d in deliveries:
-            self.process(queue, run_id, d)
+            with queue.lease(d.entry_id):   # a long job must not look like a dead worker's
+                self.process(queue, run_id, d)
         return bool(deliveries)
 
     def maybe_reload(self, run_id: str) -> None:

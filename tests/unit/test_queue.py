@@ -69,3 +69,19 @@ def test_stream_length_is_bounded(r):
     for i in range(1000):
         q.put(b"x")
     assert client.xlen(f"{prefix}:s") < 300          # approximate trimming
+
+
+def test_a_renewed_lease_keeps_a_long_job_from_being_reclaimed(r):
+    client, prefix = r
+    a = make(client, prefix, "a", claim_idle_ms=300)
+    b = make(client, prefix, "b", claim_idle_ms=300)
+    a.put(b"long job")
+    [d] = a.read(1, block_ms=100)
+    with a.lease(d.entry_id):
+        time.sleep(1.2)                          # four times the claim idle time
+        assert b.read(1, block_ms=50) == []      # a is alive and renewing: not reclaimed
+    time.sleep(0.4)                              # a stops renewing (dies): now b takes it
+    [again] = b.read(1, block_ms=50)
+    assert again.entry_id == d.entry_id and again.deliveries == 2   # renewals are not deliveries
+    assert not a.renew(d.entry_id)               # a presumed-dead consumer cannot take it back
+    assert client.xpending_range(f"{prefix}:s", "g", min="-", max="+", count=5)[0]["consumer"] == b"b"
