@@ -37,17 +37,24 @@ def _passthrough(module: str, args: list[str]) -> int:
 def cmd_cluster(args) -> int:
     from brorl.launcher import Cluster, ClusterSpec
     spec = ClusterSpec(model=args.model, workdir=Path(args.workdir), rollout_workers=args.workers,
-                       redis_url=args.redis_url, namespace=args.namespace)
-    with Cluster(spec) as cluster:
-        print(f"cluster ready: learner {cluster.learner_address}, reward {cluster.reward_address}, "
-              f"rollout {', '.join(cluster.rollout_address(i) for i in range(args.workers))}; logs in {cluster.logs}")
-        print("Ctrl-C stops every process.")
-        try:
-            while True:
-                cluster.check_alive()
-                time.sleep(1.0)
-        except KeyboardInterrupt:
-            print("\nstopping")
+                       redis_url=args.redis_url, namespace=args.namespace, reward_port=args.reward_port,
+                       learner_port=args.learner_port, rollout_base_port=args.rollout_base_port)
+    try:
+        with Cluster(spec) as cluster:
+            pids = ", ".join(f"{p.name} {p.popen.pid}" for p in cluster.procs)
+            print(f"cluster ready: learner {cluster.learner_address}, reward {cluster.reward_address}, "
+                  f"rollout {', '.join(cluster.rollout_address(i) for i in range(args.workers)) or '-'}; "
+                  f"pids: {pids}; logs in {cluster.logs}", flush=True)
+            print("Ctrl-C stops every process.", flush=True)
+            try:
+                while True:
+                    cluster.check_alive()
+                    time.sleep(1.0)
+            except KeyboardInterrupt:
+                print("\nstopping", flush=True)
+    except (RuntimeError, TimeoutError) as exc:   # a service died or never became ready: all stopped
+        print(f"error: {exc}\nstopped every process of the cluster", file=sys.stderr)
+        return 1
     return 0
 
 
@@ -135,6 +142,9 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--workdir", default=".cache/cluster")
     c.add_argument("--redis-url", default="redis://127.0.0.1:6379/0")
     c.add_argument("--namespace", default="default", help="keeps clusters that share a Redis apart")
+    c.add_argument("--reward-port", type=int, default=50052)
+    c.add_argument("--learner-port", type=int, default=50053)
+    c.add_argument("--rollout-base-port", type=int, default=50061, help="worker i listens on this port + i")
 
     r = sub.add_parser("run", help="control runs on a learner")
     r.add_argument("action", choices=["start", "status", "watch", "stop", "checkpoint"])

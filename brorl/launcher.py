@@ -87,20 +87,13 @@ class Cluster:
     def __exit__(self, *exc) -> None:
         self.stop()
 
-    def _env(self) -> dict:
-        env = dict(os.environ)
-        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), env.get("PYTHONPATH")]))
-        env.setdefault("PYTHONUNBUFFERED", "1")
-        if self.spec.threads_per_process:
-            env["OMP_NUM_THREADS"] = str(self.spec.threads_per_process)
-        return env
-
     def _spawn(self, name: str, argv: list[str]) -> Proc:
         self.logs.mkdir(parents=True, exist_ok=True)
         log_path = self.logs / f"{name}.log"
         out = open(log_path, "ab")
         # Own process group: a Ctrl-C in the terminal reaches the launcher, which stops children itself.
-        popen = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, cwd=REPO_ROOT, env=self._env(),
+        popen = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, cwd=REPO_ROOT,
+                                 env=child_env(self.spec.threads_per_process),
                                  start_new_session=True)
         out.close()
         proc = Proc(name, popen, log_path)
@@ -192,6 +185,17 @@ class Cluster:
         self.procs.clear()
 
 
+def child_env(threads: int = 0) -> dict:
+    """The environment of a service process: the repo importable, unbuffered logs, and a thread
+    cap when several services share the cores."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), env.get("PYTHONPATH")]))
+    env.setdefault("PYTHONUNBUFFERED", "1")
+    if threads:
+        env["OMP_NUM_THREADS"] = str(threads)
+    return env
+
+
 class ServiceProc:
     """One service as a child process on a free port (port 0 + port file): tests and benchmarks."""
 
@@ -200,9 +204,8 @@ class ServiceProc:
         self.port_file = tmp / f"{self.name}.port"
         self.log_path = tmp / f"{self.name}.log"
         overrides = {"bind": "127.0.0.1:0", "port_file": str(self.port_file), **overrides}
-        env = dict(os.environ, PYTHONPATH=str(REPO_ROOT), PYTHONUNBUFFERED="1")
         with open(self.log_path, "wb") as out:
-            self.popen = subprocess.Popen(service_command(service, overrides), cwd=REPO_ROOT, env=env,
+            self.popen = subprocess.Popen(service_command(service, overrides), cwd=REPO_ROOT, env=child_env(),
                                           stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
         self.pid = self.popen.pid
 
@@ -243,3 +246,13 @@ class ServiceProc:
             except subprocess.TimeoutExpired:
                 pass
         self.kill()
+
+
+def stop_all(procs) -> None:
+    """Stop several ServiceProcs: signal them all first so their shutdowns overlap."""
+    procs = list(procs)
+    for p in procs:
+        if p.popen.poll() is None:
+            p.popen.terminate()
+    for p in procs:
+        p.stop()
