@@ -13,7 +13,7 @@ demo: setup
 
 test: setup
 	@bash scripts/ensure_redis.sh
-	$(PY) -m pytest -q tests
+	$(PY) -m pytest -q --durations=15 tests
 
 test-fast: setup
 	$(PY) -m pytest -q tests -m "not slow"

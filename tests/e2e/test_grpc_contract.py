@@ -6,28 +6,13 @@ import pytest
 from google.protobuf import descriptor_pool, message_factory
 from grpc_reflection.v1alpha.proto_reflection_descriptor_database import ProtoReflectionDescriptorDatabase
 
-from brorl.launcher import ServiceProc
-
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
 
 @pytest.fixture(scope="module")
-def cluster(tmp_path_factory):
-    from demo.model import create_tiny_model
-    tmp = tmp_path_factory.mktemp("contract")
-    model = str(create_tiny_model(tmp / "tiny", seed=0))
-    procs = {
-        "reward": ServiceProc("reward", tmp),
-        "rollout": ServiceProc("rollout", tmp, model=model, worker_loop=False, max_n=1024),
-        "learner": ServiceProc("learner", tmp, runs_dir=str(tmp / "runs"), namespace=f"contract-{tmp.name}"),
-    }
-    try:
-        for p in procs.values():
-            p.wait_serving()
-        yield procs, model
-    finally:
-        for p in procs.values():
-            p.stop()
+def cluster(shared_cluster):
+    procs = shared_cluster["procs"]
+    return {"reward": procs["reward"], "rollout": procs["rollout0"], "learner": procs["learner"]}, shared_cluster["model"]
 
 
 class ReflectedClient:

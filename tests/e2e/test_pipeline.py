@@ -8,32 +8,17 @@ import uuid
 import pytest
 
 from brorl.client import LearnerClient
-from brorl.launcher import ServiceProc
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
 
 @pytest.fixture(scope="module")
-def cluster(tmp_path_factory):
-    from demo.model import create_tiny_model
+def cluster(shared_cluster):
     from demo.task import problems
-    tmp = tmp_path_factory.mktemp("pipeline")
-    model = str(create_tiny_model(tmp / "tiny", seed=0))
-    data = tmp / "train.jsonl"
+    data = shared_cluster["tmp"] / "train.jsonl"
     data.write_text("".join(json.dumps({"prompt": p.prompt, "reference": p.answer}) + "\n" for p in problems(200, seed=5)))
-    procs = [ServiceProc("reward", tmp)]
-    procs[0].wait_serving()
-    namespace = f"e2e-{uuid.uuid4().hex[:8]}"   # other clusters may share this Redis
-    procs += [ServiceProc("rollout", tmp, name=f"rollout{i}", model=model, reward_address=procs[0].address,
-                          claim_idle_ms=5000, namespace=namespace) for i in range(2)]
-    procs.append(ServiceProc("learner", tmp, runs_dir=str(tmp / "runs"), namespace=namespace))
-    try:
-        for p in procs:
-            p.wait_serving()
-        yield {"model": model, "data": data, "runs": tmp / "runs", "client": LearnerClient(procs[-1].address)}
-    finally:
-        for p in procs:
-            p.stop()
+    client = LearnerClient(shared_cluster["procs"]["learner"].address)
+    return {"model": shared_cluster["model"], "data": data, "runs": shared_cluster["runs"], "client": client}
 
 
 def run_config(c, steps, n=64, extra="", inflight=4):
