@@ -10,7 +10,7 @@ import pytest
 pytest.importorskip("vllm")
 torch = pytest.importorskip("torch")
 
-from demo.model import build_tokenizer, create_tiny_model  # noqa: E402
+from demo.model import build_tokenizer  # noqa: E402
 
 from .test_weight_reload_parity import (  # noqa: E402
     hf_greedy, hf_token_logprobs, load_hf, max_diff,
@@ -23,8 +23,8 @@ pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")
-def model_dir(tmp_path_factory):
-    return create_tiny_model(tmp_path_factory.mktemp("tiny") / "model", seed=0)
+def model_dir(tiny_model_dir):
+    return tiny_model_dir
 
 
 @pytest.fixture(scope="module")
@@ -33,12 +33,9 @@ def hf(model_dir):
 
 
 @pytest.fixture(scope="module")
-def engine(model_dir):
-    from services.rollout.engine import RolloutEngine
-
-    eng = RolloutEngine(str(model_dir))
-    yield eng
-    eng.close()
+def engine(tiny_engine):
+    assert tiny_engine.weight_version == 0, "an earlier test left reloaded weights in the shared engine"
+    return tiny_engine
 
 
 def check_shapes(samples, max_tokens, eos_id):

@@ -79,17 +79,22 @@ def greedy_report(engine, hf, eos_id):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("tie", [True, False], ids=["tied", "untied"])
-def test_reload_matches_transformers(tmp_path, tie):
+def test_reload_matches_transformers(tmp_path, tie, request):
     from services.rollout.engine import RolloutEngine
 
-    dir_a = create_tiny_model(tmp_path / "A", seed=0, tie_embeddings=tie)
+    # Model A with tied embeddings is the session's tiny model, so that case reuses its engine
+    # (and ends by reloading A, which the test checks anyway).
+    shared = tie
+    dir_a = request.getfixturevalue("tiny_model_dir") if shared else create_tiny_model(tmp_path / "A", seed=0,
+                                                                                        tie_embeddings=tie)
     dir_b = create_tiny_model(tmp_path / "B", seed=1, tie_embeddings=tie)
     weights_a = weights_only(dir_a, tmp_path / "weights_A")
     weights_b = weights_only(dir_b, tmp_path / "weights_B")
     hf_a, hf_b = load_hf(dir_a), load_hf(dir_b)
     eos_id = hf_a.config.eos_token_id
 
-    engine = RolloutEngine(str(dir_a))
+    engine = request.getfixturevalue("tiny_engine") if shared else RolloutEngine(str(dir_a))
+    start_version = engine.weight_version
     try:
         # Before the reload the engine is model A, and A is measurably different from B.
         before, diff_a, same_a = greedy_report(engine, hf_a, eos_id)
@@ -100,8 +105,8 @@ def test_reload_matches_transformers(tmp_path, tie):
         assert diff_a_vs_b > 100 * TOL, "A and B too similar for the test to mean anything"
 
         # The exact path the rollout service uses.
-        engine.load_weights(str(weights_b), version=1)
-        assert engine.weight_version == 1
+        engine.load_weights(str(weights_b), version=start_version + 1)
+        assert engine.weight_version == start_version + 1
 
         after, diff_b, same_b = greedy_report(engine, hf_b, eos_id)
         assert same_b, "greedy tokens after reload differ from transformers(B)"
@@ -124,7 +129,7 @@ def test_reload_matches_transformers(tmp_path, tie):
         assert diff_sampled <= TOL, f"sampling logprobs after reload: {diff_sampled}"
 
         # Reloading A again gives back A's outputs exactly (nothing stale survives a reload).
-        engine.load_weights(str(weights_a), version=2)
+        engine.load_weights(str(weights_a), version=start_version)
         again = engine.generate(PROMPTS, n=1, temperature=0.0, max_tokens=MAX_TOKENS)
         for (_, (s0,)), (_, (s1,)) in zip(before, again):
             assert s1.token_ids == s0.token_ids
@@ -134,4 +139,7 @@ def test_reload_matches_transformers(tmp_path, tie):
               f"greedy(B)={diff_b:.2e} prompt_logprobs(B)={diff_score:.2e} "
               f"sampled T=0.8 (B)={diff_sampled:.2e}")
     finally:
-        engine.close()
+        if shared:
+            engine.load_weights(str(weights_a), version=start_version)   # leave the shared engine as found
+        else:
+            engine.close()

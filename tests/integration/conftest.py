@@ -1,0 +1,21 @@
+import pytest
+
+
+@pytest.fixture(scope="session")
+def tiny_model_dir(tmp_path_factory):
+    """The demo's tiny Qwen2 model (tied embeddings), seed 0."""
+    from demo.model import create_tiny_model
+    return create_tiny_model(tmp_path_factory.mktemp("tiny") / "model", seed=0)
+
+
+@pytest.fixture(scope="session")
+def tiny_engine(tiny_model_dir):
+    """One in-process vLLM engine on ``tiny_model_dir`` for the engine and parity tests (an
+    engine takes most of a minute to start here). A test that reloads weights into it must
+    reload the original weights before it ends."""
+    pytest.importorskip("vllm")
+    from services.rollout.engine import RolloutEngine
+
+    engine = RolloutEngine(str(tiny_model_dir))
+    yield engine
+    engine.close()
