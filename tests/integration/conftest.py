@@ -1,3 +1,5 @@
+import contextlib
+
 import pytest
 
 
@@ -19,3 +21,20 @@ def tiny_engine(tiny_model_dir):
     engine = RolloutEngine(str(tiny_model_dir))
     yield engine
     engine.close()
+
+
+@contextlib.contextmanager
+def reward_server(cfg):
+    """A real reward service on port 0 from ``cfg`` and a stub connected to it: (server, stub)."""
+    from brorl import rpc
+    from brorl.v1 import reward_pb2_grpc
+    from services.reward.server import build_server
+
+    server = build_server(cfg).start()
+    server.set_serving(True)
+    channel = rpc.channel(f"127.0.0.1:{server.port}")
+    try:
+        yield server, reward_pb2_grpc.RewardServiceStub(channel)
+    finally:
+        channel.close()
+        server.stop()

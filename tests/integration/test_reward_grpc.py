@@ -2,10 +2,10 @@
 import grpc
 import pytest
 
-from brorl import rpc
-from brorl.v1 import reward_pb2, reward_pb2_grpc
+from brorl.v1 import reward_pb2
 from services.reward.config import RewardServiceConfig
-from services.reward.server import build_server
+
+from .conftest import reward_server
 
 
 @pytest.fixture(scope="module")
@@ -14,14 +14,8 @@ def stub():
         "rlhf_mix": {"type": "composite", "components": {"relevance": 0.5, "safety": 0.3, "diversity": 0.2}},
         "gated_math": {"type": "pipeline", "gates": {"format": 1.0}, "scorer": "math_answer",
                        "sensitive_words": ["forbidden"], "fail_reward": -1.0}})
-    server = build_server(cfg).start()
-    server.set_serving(True)
-    channel = rpc.channel(f"127.0.0.1:{server.port}")
-    try:
-        yield reward_pb2_grpc.RewardServiceStub(channel)
-    finally:
-        channel.close()
-        server.stop()
+    with reward_server(cfg) as (_, stub):
+        yield stub
 
 
 def batch(stub, fn, items, timeout=30):

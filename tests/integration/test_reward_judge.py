@@ -6,12 +6,12 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from brorl import rpc
-from brorl.v1 import reward_pb2, reward_pb2_grpc
+from brorl.v1 import reward_pb2
 from services.reward.base import ScoreItem
 from services.reward.config import JudgeSpec, RewardServiceConfig
 from services.reward.judge import LLMJudge, parse_score
-from services.reward.server import build_server
+
+from .conftest import reward_server
 
 
 class FakeJudge(BaseHTTPRequestHandler):
@@ -75,10 +75,7 @@ def test_judge_through_grpc(fake_url, monkeypatch):
     cfg = RewardServiceConfig(bind="127.0.0.1:0", functions={"judge": {
         "type": "judge", "base_url": fake_url, "api_key_env": "BRORL_TEST_JUDGE_KEY", "timeout_s": 0.4,
         "retries": 1, "backoff_s": 0.05, "concurrency": 4}})
-    server = build_server(cfg).start()
-    channel = rpc.channel(f"127.0.0.1:{server.port}")
-    try:
-        stub = reward_pb2_grpc.RewardServiceStub(channel)
+    with reward_server(cfg) as (_, stub):
         names = ["GOOD", "GARBAGE", "SLOW", "FLAKY", "HTTP400", "NOCONTENT"]
         items = [reward_pb2.ScoreRequest(id=n, prompt="Explain gravity.", completion=n) for n in names]
         resp = stub.ScoreBatch(reward_pb2.ScoreBatchRequest(reward_fn="judge", items=items), timeout=30)
@@ -96,9 +93,6 @@ def test_judge_through_grpc(fake_url, monkeypatch):
         # still serving after all that
         ok = stub.Score(reward_pb2.ScoreRequest(reward_fn="math_answer", completion="1", reference="1"), timeout=5)
         assert ok.reward == 1.0
-    finally:
-        channel.close()
-        server.stop()
 
 
 def test_unreachable_judge_is_an_error_status():

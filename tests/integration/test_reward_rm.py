@@ -11,10 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from brorl import rpc
-from brorl.v1 import reward_pb2, reward_pb2_grpc
+from brorl.v1 import reward_pb2
 from services.reward.prefgen import generate
 from services.reward.rm_train import pair_metrics, split_pairs
+
+from .conftest import reward_server
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -50,15 +51,11 @@ def test_train_then_serve_reward_model(tmp_path):
     assert (out / "config.json").is_file() and (out / "brorl_rm.json").is_file()
 
     from services.reward.config import RewardServiceConfig
-    from services.reward.server import build_server
     cfg = RewardServiceConfig(bind="127.0.0.1:0", functions={
         "arith_rm": {"type": "reward_model", "path": str(out), "batch_size": 16},
         "arith_gated": {"type": "pipeline", "gates": {"format": 1.0}, "scorer": "arith_rm", "clip": 3.0}})
-    server = build_server(cfg).start()
-    server.registry.warm()
-    channel = rpc.channel(f"127.0.0.1:{server.port}")
-    try:
-        stub = reward_pb2_grpc.RewardServiceStub(channel)
+    with reward_server(cfg) as (server, stub):
+        server.registry.warm()
         pairs = generate(200, seed=99)
         items = [reward_pb2.ScoreRequest(id=f"{i}{side}", prompt=p["prompt"], completion=p[side])
                  for i, p in enumerate(pairs) for side in ("chosen", "rejected")]
@@ -72,9 +69,6 @@ def test_train_then_serve_reward_model(tmp_path):
             reward_pb2.ScoreRequest(id="b", prompt="12+35=", completion="forty-seven")]), timeout=30).results
         assert gated[0].components["exit_stage"] == 3 and -3 <= gated[0].reward <= 3
         assert gated[1].components["exit_stage"] == 2 and gated[1].reward == 0
-    finally:
-        channel.close()
-        server.stop()
 
 
 def test_backbone_option_fine_tunes_a_local_model(tmp_path, capsys):

@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from brorl import rpc
-from brorl.v1 import reward_pb2, reward_pb2_grpc
+from brorl.v1 import reward_pb2
 from services.reward.config import RewardServiceConfig
-from services.reward.server import build_server
+
+from .conftest import reward_server
 
 SECRET = "hunter2-brorl-test-secret"
 UID_BASE = 3_100_000
@@ -29,14 +29,10 @@ def stub():
     cfg = RewardServiceConfig(bind="127.0.0.1:0", functions={"code": {
         "type": "code", "mode": "binary", "wall_s": 1.0, "cpu_s": 1.0, "memory_mb": 128, "nproc": 32,
         "concurrency": CONCURRENCY, "uid_base": UID_BASE}})
-    server = build_server(cfg).start()
-    server.set_serving(True)
-    channel = rpc.channel(f"127.0.0.1:{server.port}")
     try:
-        yield reward_pb2_grpc.RewardServiceStub(channel)
+        with reward_server(cfg) as (_, stub):
+            yield stub
     finally:
-        channel.close()
-        server.stop()
         del os.environ["BRORL_TEST_SECRET"]
 
 
