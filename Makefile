@@ -9,7 +9,7 @@ setup:
 
 demo: setup
 	@bash scripts/ensure_redis.sh
-	$(PY) -m brorl.cli demo
+	$(PY) -m brorl.apps.cli demo
 
 test: setup
 	@bash scripts/ensure_redis.sh
@@ -23,7 +23,7 @@ test-gpu:
 
 bench: setup
 	$(PY) bench/rollout.py
-	$(PY) bench/kernels.py
+	$(PY) bench/logprob_memory.py
 	$(PY) bench/reward.py
 
 protos:

@@ -56,7 +56,7 @@ def hf_generate(model_dir: str, prompt: str, n: int, max_tokens: int, repeats: i
 
 def service_runs(model_dir: str, prompt: str, n: int, max_tokens: int, repeats: int, tmp: Path) -> dict:
     from brorl.client import RolloutClient
-    from brorl.launcher import ServiceProc
+    from brorl.apps.launcher import ServiceProc
     proc = ServiceProc("rollout", tmp, name=Path(model_dir).name, model=model_dir, worker_loop=False,
                        **{"engine.max_model_len": max(64, max_tokens + 32)})
     out = {}

@@ -16,6 +16,8 @@ from dataclasses import dataclass
 
 import redis
 
+from brorl.v1 import common_pb2
+
 log = logging.getLogger(__name__)
 
 
@@ -29,6 +31,52 @@ def active_run_key(namespace: str) -> str:
     """Where a learner announces its current run to the rollout workers of its namespace:
     clusters sharing one Redis stay apart by using different namespaces."""
     return f"brorl:active_run:{namespace}"
+
+
+class RunRegistry:
+    """Which run the learner of a namespace is training: its rollout workers follow it."""
+
+    def __init__(self, client: redis.Redis, namespace: str = "default"):
+        self.r, self.key = client, active_run_key(namespace)
+
+    def announce(self, run_id: str) -> None:
+        self.r.set(self.key, run_id)
+
+    def active(self) -> str:
+        raw = self.r.get(self.key)
+        return raw.decode() if raw else ""
+
+    def retire(self, run_id: str) -> None:
+        """Clear the announcement if it is still ``run_id``'s (a newer run keeps its own)."""
+        if self.active() == run_id:
+            self.r.delete(self.key)
+
+
+class RunChannels:
+    """The streams and pointers of one run, so that no key string leaves this module."""
+
+    def __init__(self, client: redis.Redis, run_id: str):
+        self.r, self.run_id, self.keys = client, run_id, keys(run_id)
+
+    def prompt_queue(self, group: str, **options) -> "StreamQueue":
+        """Prompt jobs: the rollout workers consume them as group "rollout"."""
+        return StreamQueue(self.r, self.keys["prompts"], group, dead_stream=self.keys["dead"], **options)
+
+    def path_queue(self, **options) -> "StreamQueue":
+        """Scored path groups, consumed by the learner (group "learner")."""
+        return StreamQueue(self.r, self.keys["paths"], "learner", dead_stream=self.keys["dead"], **options)
+
+    def publish_group(self, prompt_queue: "StreamQueue", entry_id: str, job_id: str, data: bytes) -> bool:
+        """Publish a job's scored group once per job id and ack the job, atomically."""
+        return prompt_queue.publish_once_and_ack(entry_id, job_id, self.keys["paths"], self.keys["done"], data)
+
+    def publish_weights(self, pointer: common_pb2.WeightVersion) -> None:
+        """Point the run's workers at a committed weight version."""
+        self.r.set(self.keys["weights"], pointer.SerializeToString())
+
+    def read_weights(self) -> common_pb2.WeightVersion | None:
+        raw = self.r.get(self.keys["weights"])
+        return common_pb2.WeightVersion.FromString(raw) if raw else None
 
 
 def consumer_name() -> str:

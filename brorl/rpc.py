@@ -7,6 +7,7 @@ import inspect
 import logging
 import time
 from concurrent import futures
+from pathlib import Path
 from typing import Callable, Iterable
 
 import grpc
@@ -88,6 +89,45 @@ class Server:
 
     def wait(self) -> None:
         self.grpc.wait_for_termination()
+
+
+def serve_until_stopped(server: Server, name: str, port_file: str = "",
+                        prepare: Callable[[], None] = lambda: None,
+                        cleanup: Callable[[], None] = lambda: None) -> None:
+    """The life of every brorl service. Listen with health NOT_SERVING and write the bound port
+    to ``port_file`` (so a launcher can poll health on it); ``prepare`` (load the engine, the
+    reward models, ...); flip health to SERVING; serve until interrupted. On the way out:
+    NOT_SERVING, stop the server, then ``cleanup`` (close engines, pools)."""
+    server.start()
+    try:
+        if port_file:
+            Path(port_file).write_text(str(server.port))
+        prepare()
+        server.set_serving(True)
+        log.info("%s service serving on port %d", name, server.port)
+        server.wait()
+    finally:
+        server.stop()
+        cleanup()
+
+
+RETRYABLE = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED)
+
+
+def call_with_retry(method: Callable, request, *, timeout: float = DEFAULT_DEADLINE_S,
+                    attempts: int = 5, max_backoff_s: float = 10.0, sleep=time.sleep):
+    """Call a unary stub ``method`` with a deadline; UNAVAILABLE / DEADLINE_EXCEEDED are retried
+    with exponential backoff (1, 2, 4 ... s, at most ``max_backoff_s``), anything else raises."""
+    for attempt in range(attempts):
+        try:
+            return method(request, timeout=timeout)
+        except grpc.RpcError as exc:
+            if exc.code() not in RETRYABLE or attempt == attempts - 1:
+                raise
+            log.warning("%s: %s; retry %d of %d", getattr(method, "_method", "call"),
+                        exc.code().name, attempt + 1, attempts - 1)
+            sleep(min(2 ** attempt, max_backoff_s))
+    raise AssertionError("unreachable")
 
 
 def channel(address: str) -> grpc.Channel:

@@ -86,13 +86,3 @@ class WeightStore:
         for old in versions[:-keep] if keep > 0 else []:
             shutil.rmtree(old, ignore_errors=True)
 
-
-def publish_pointer(client, key: str, pointer: common_pb2.WeightVersion) -> None:
-    client.set(key, pointer.SerializeToString())
-
-
-def read_pointer(client, key: str) -> common_pb2.WeightVersion | None:
-    raw = client.get(key)
-    if not raw:
-        return None
-    return common_pb2.WeightVersion.FromString(raw)

@@ -1,4 +1,4 @@
-"""Fused kernels for the hot tensor math of an RL update (see kernels/bench/README.md).
+"""Fused kernels for the hot tensor math of an RL update (see bench/README.md).
 
 Each op dispatches to a Triton kernel on CUDA (or when ``BRORL_TRITON=1``, which on CPU
 needs ``TRITON_INTERPRET=1``) and to a memory-lean PyTorch path otherwise; each has a

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 
 import torch
 
+from brorl import sampling
 from brorl.v1 import common_pb2
 from kernels import group_advantages
 
@@ -62,11 +63,11 @@ def build_batch(groups: list[common_pb2.PathGroup], advantages: list[torch.Tenso
         prompt = list(group.prompt_token_ids)
         for path, a in zip(group.paths, adv.tolist()):
             weight = path.weight if path.weight > 0 else 1.0
+            # scored under the distribution the worker sampled from (brorl.sampling owns the rule)
+            s = sampling.effective(path.sampling)
             # a down-weighted duplicate pushes its group's update with a fraction of its advantage
             rows.append((prompt, list(path.token_ids), list(path.logprobs), a * weight,
-                         path.sampling.temperature or 1.0, path.weight_version, weight,
-                         path.sampling.top_k if path.sampling.top_k > 0 else -1,
-                         path.sampling.top_p if 0 < path.sampling.top_p < 1 else 1.0))
+                         s.logprob_temperature, path.weight_version, weight, s.top_k, s.top_p))
     B = len(rows)
     L = max(len(p) + len(c) for p, c, *_ in rows)
     input_ids = torch.full((B, L), pad_id, dtype=torch.long)

@@ -5,22 +5,23 @@ import logging
 import shutil
 import time
 from pathlib import Path
+from typing import Callable
 
+from brorl.queue import RunChannels
 from brorl.v1 import common_pb2
-from brorl.weights import WeightStore, publish_pointer
+from brorl.weights import WeightStore
 
 log = logging.getLogger(__name__)
 
 
-def publish_version(model, store: WeightStore, redis_client, pointer_key: str, version: int,
-                    step: int) -> common_pb2.WeightVersion:
+def publish_version(save_weights: Callable[[Path], None], store: WeightStore, channels: RunChannels,
+                    version: int, step: int) -> common_pb2.WeightVersion:
     """Write the policy's weights as ``version`` and point the rollout workers at it."""
     start = time.perf_counter()
     staging = store.staging_dir(version)
-    # save_pretrained handles tied embeddings (one tensor written once) and writes safetensors.
-    model.save_pretrained(staging, safe_serialization=True)
+    save_weights(staging)
     pointer = store.commit(version, staging, meta={"step": step})
-    publish_pointer(redis_client, pointer_key, pointer)
+    channels.publish_weights(pointer)
     log.info("published weight version %d (%.1f MB) in %.2fs", version, pointer.bytes / 1e6,
              time.perf_counter() - start)
     return pointer

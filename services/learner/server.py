@@ -5,6 +5,7 @@ here); the RPCs start, observe, checkpoint and stop it.
 """
 from __future__ import annotations
 
+import functools
 import logging
 import re
 import threading
@@ -22,8 +23,9 @@ from brorl.runconfig import parse_run_config
 from brorl.v1 import learner_pb2, learner_pb2_grpc
 from brorl.weights import WeightStore
 from services.learner.config import LearnerServiceConfig
+from services.learner.prompts import load_prompts
 from services.learner.runstate import RunState
-from services.learner.train import Trainer, load_prompts
+from services.learner.train import Trainer
 
 log = logging.getLogger(__name__)
 SERVICE_NAME = learner_pb2.DESCRIPTOR.services_by_name["LearnerService"].full_name
@@ -37,6 +39,11 @@ class LearnerServicer(learner_pb2_grpc.LearnerServiceServicer):
         self.runs: dict[str, RunState] = {}
         self.threads: dict[str, threading.Thread] = {}
         self.lock = threading.Lock()
+        self.registry = q.RunRegistry(redis_client, config.namespace)
+
+    def _build_policy(self, cfg):
+        from services.learner.policy import Policy  # heavy: transformers, DeepSpeed
+        return Policy(cfg.model, cfg.train, self.config.zero_stage)
 
     def _info(self, st: RunState) -> learner_pb2.RunInfo:
         return learner_pb2.RunInfo(run_id=st.run_id, state=st.state, step=st.step, total_steps=st.total_steps,
@@ -70,9 +77,9 @@ class LearnerServicer(learner_pb2_grpc.LearnerServiceServicer):
             (run_dir / "config.yaml").write_text(dump(cfg))
             state = RunState(run_id, run_dir, cfg.train.steps)
             store = WeightStore(self.config.weights_dir or run_dir / "weights")
-            trainer = Trainer(run_id, cfg, state, self.r, store, zero_stage=self.config.zero_stage,
-                              keep_versions=self.config.keep_weight_versions, resume=request.resume,
-                              namespace=self.config.namespace)
+            trainer = Trainer(run_id, cfg, state, q.RunChannels(self.r, run_id), self.registry,
+                              store, functools.partial(self._build_policy, cfg),
+                              keep_versions=self.config.keep_weight_versions, resume=request.resume)
             thread = threading.Thread(target=self._train, args=(trainer, state), name=f"train-{run_id}", daemon=True)
             self.runs[run_id], self.threads[run_id] = state, thread
             thread.start()
@@ -128,12 +135,4 @@ def serve(config: LearnerServiceConfig) -> None:
     redis_client.ping()
     server = rpc.Server(config.bind, [SERVICE_NAME])
     learner_pb2_grpc.add_LearnerServiceServicer_to_server(LearnerServicer(config, redis_client), server.grpc)
-    server.start()
-    server.set_serving(True)
-    if config.port_file:
-        Path(config.port_file).write_text(str(server.port))
-    log.info("learner service on port %d", server.port)
-    try:
-        server.wait()
-    finally:
-        server.stop()
+    rpc.serve_until_stopped(server, "learner", config.port_file)

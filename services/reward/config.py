@@ -1,15 +1,15 @@
 """Reward service configuration: server settings plus named reward functions (``type`` + params).
 
-Every function is reachable by its name through ScoreBatch. ``math_answer``, ``format``, ``code``,
-``relevance``, ``safety`` and ``diversity`` exist even when not listed; listing one of those names
-replaces its defaults. See docs/rewards.md for every key with an example.
+Every function is reachable by its name through ScoreBatch. The built-in functions (``BUILTIN_FUNCTIONS``
+below, the one table of them: name → default settings + description) exist even when not listed;
+listing one of those names replaces its defaults. See docs/rewards.md for every key with an example.
 """
 from __future__ import annotations
 
 import math
 import os
 import re
-from typing import Annotated, Literal, Union
+from typing import Annotated, Callable, Literal, NamedTuple, Union
 
 from pydantic import Field, field_validator, model_validator
 
@@ -17,18 +17,18 @@ from brorl.config import StrictModel
 
 
 class MathAnswerSpec(StrictModel):
-    type: Literal["math_answer"] = "math_answer"
+    type: Literal["math_answer"] = Field("math_answer", description="Reward function family: math_answer.")
     rel_tol: float = Field(1e-6, ge=0, le=0.1, description="Relative tolerance for non-integer numeric answers.")
     symbolic: bool = Field(True, description="Compare non-numeric answers symbolically with sympy (guarded).")
 
 
 class ExactMatchSpec(StrictModel):
-    type: Literal["exact_match"] = "exact_match"
+    type: Literal["exact_match"] = Field("exact_match", description="Reward function family: exact_match.")
     strip: bool = Field(True, description="Ignore leading/trailing whitespace on both sides.")
 
 
 class FormatSpec(StrictModel):
-    type: Literal["format"] = "format"
+    type: Literal["format"] = Field("format", description="Reward function family: format.")
     pattern: str = Field("", description="Regex the whole completion must match; empty = a bare number.")
 
     _valid = field_validator("pattern")(classmethod(lambda cls, v: _regexes([v])[0]))
@@ -44,7 +44,7 @@ def _regexes(patterns: list[str]) -> list[str]:
 
 
 class CodeSpec(StrictModel):
-    type: Literal["code"] = "code"
+    type: Literal["code"] = Field("code", description="Reward function family: code.")
     mode: Literal["binary", "partial", "shaped"] = Field(
         "partial", description="binary: 1 if all tests pass; partial: fraction passed; shaped: weighted "
                                "syntax-valid + ran-without-error + fraction passed.")
@@ -78,8 +78,9 @@ class CodeSpec(StrictModel):
 
 
 class RewardModelSpec(StrictModel):
-    type: Literal["reward_model"] = "reward_model"
-    path: str = Field(..., min_length=1, description="Directory written by `python -m services.reward.rm_train`.")
+    type: Literal["reward_model"] = Field("reward_model", description="Reward function family: reward_model.")
+    path: str = Field(..., min_length=1,
+                      description="Directory written by `python -m services.reward.training.rm_train`.")
     batch_size: int = Field(32, ge=1, le=4096, description="Sequences per forward pass.")
     max_length: int = Field(512, ge=8, description="Tokens kept per sequence (longer inputs keep their tail).")
     template: str = Field("{prompt}{completion}", description="How prompt and completion are joined.")
@@ -89,7 +90,7 @@ class RewardModelSpec(StrictModel):
 
 
 class RelevanceSpec(StrictModel):
-    type: Literal["relevance"] = "relevance"
+    type: Literal["relevance"] = Field("relevance", description="Reward function family: relevance.")
     model_path: str = Field("", description="Local transformers encoder (mean-pooled); empty: char n-gram cosine.")
     ngram: int = Field(3, ge=1, le=8, description="Fallback: character n-gram size.")
     max_length: int = Field(256, ge=8, description="Tokens per text for the embedding model.")
@@ -97,7 +98,7 @@ class RelevanceSpec(StrictModel):
 
 
 class SafetySpec(StrictModel):
-    type: Literal["safety"] = "safety"
+    type: Literal["safety"] = Field("safety", description="Reward function family: safety.")
     sensitive_words: list[str] | None = Field(None, description="Any of these (whole word, case-insensitive) → "
                                                                 "reward 0; None: the built-in list.")
     toxicity_lexicon: dict[str, float] | None = Field(None, description="word → weight in (0, 1]; None: built-in.")
@@ -105,13 +106,13 @@ class SafetySpec(StrictModel):
 
 
 class DiversitySpec(StrictModel):
-    type: Literal["diversity"] = "diversity"
+    type: Literal["diversity"] = Field("diversity", description="Reward function family: diversity.")
     n: int = Field(2, ge=1, le=8, description="n-gram order.")
     unit: Literal["word", "char"] = Field("word", description="Tokens are words or characters.")
 
 
 class CompositeSpec(StrictModel):
-    type: Literal["composite"] = "composite"
+    type: Literal["composite"] = Field("composite", description="Reward function family: composite.")
     components: dict[str, float] = Field(..., description="Registry name → weight; total = sum(weight * reward).")
 
     @field_validator("components")
@@ -122,7 +123,7 @@ class CompositeSpec(StrictModel):
 
 
 class JudgeSpec(StrictModel):
-    type: Literal["judge"] = "judge"
+    type: Literal["judge"] = Field("judge", description="Reward function family: judge.")
     base_url: str = Field(..., min_length=1, description="OpenAI-compatible server root, e.g. http://host:8000 "
                                                          "(the judge posts to {base_url}/v1/chat/completions).")
     model: str = Field("judge", description="Model name sent in the request.")
@@ -146,7 +147,7 @@ class JudgeSpec(StrictModel):
 
 
 class PipelineSpec(StrictModel):
-    type: Literal["pipeline"] = "pipeline"
+    type: Literal["pipeline"] = Field("pipeline", description="Reward function family: pipeline.")
     scorer: str = Field(..., description="The expensive function run only for paths that pass every check.")
     max_chars: int = Field(0, ge=0, description="Safety filter: completions are truncated to this length (0: off).")
     sensitive_words: list[str] = Field(default_factory=list, description="Safety filter: any of these → status "
@@ -164,14 +165,45 @@ class PipelineSpec(StrictModel):
     _valid = field_validator("require_regex", "forbid_regex")(classmethod(lambda cls, v: _regexes(v)))
 
 
-FunctionSpec = Annotated[Union[MathAnswerSpec, ExactMatchSpec, FormatSpec, CodeSpec, RewardModelSpec, RelevanceSpec, SafetySpec,
-                               DiversitySpec, CompositeSpec, JudgeSpec, PipelineSpec], Field(discriminator="type")]
+FunctionSpec = Annotated[Union[MathAnswerSpec, ExactMatchSpec, FormatSpec, CodeSpec, RewardModelSpec, RelevanceSpec,
+                               SafetySpec, DiversitySpec, CompositeSpec, JudgeSpec, PipelineSpec],
+                         Field(discriminator="type")]
 
-DEFAULT_FUNCTIONS = ("math_answer", "format", "code", "relevance", "safety", "diversity")
+
+class Builtin(NamedTuple):
+    """A reward function every reward service has under its own name unless ``functions`` lists that name."""
+    spec: Callable[[], StrictModel]   # factory of its default settings; the registry builds the function from them
+    description: str                  # one line: what ListRewardFunctions says (the function's class reads it here)
+
+
+# The one table of built-in reward functions. build_registry registers every entry; ListRewardFunctions shows
+# these descriptions; docs/rewards.md ("Built-in functions") lists the same names (tests/unit/reward/
+# test_reward_layers.py checks that they agree).
+BUILTIN_FUNCTIONS: dict[str, Builtin] = {
+    "math_answer": Builtin(MathAnswerSpec, "1 if the completion's final answer (\\boxed{}, 'the answer is', or last "
+                                           "number) equals the reference numerically or symbolically, else 0."),
+    "exact_match": Builtin(ExactMatchSpec, "1 if the completion is exactly the reference string (surrounding "
+                                           "whitespace ignored), else 0: '098' does not match '98', unlike "
+                                           "math_answer."),
+    "format": Builtin(FormatSpec, "1 if the completion is a single bare number (optionally \\boxed{}), else 0; "
+                                  "no reference needed."),
+    "code": Builtin(CodeSpec, "Runs the completion's Python code against the reference's unit tests in a sandbox "
+                              "(binary / partial / shaped rewards)."),
+    "relevance": Builtin(RelevanceSpec, "Cosine similarity of prompt and completion (local embedding model, else "
+                                        "char n-gram bags)."),
+    "safety": Builtin(SafetySpec, "1 - lexicon toxicity; 0 when a sensitive word or phrase appears (word lists, "
+                                  "not a classifier)."),
+    "diversity": Builtin(DiversitySpec, "Normalised n-gram entropy of the completion (1: no repetition, ~0: "
+                                        "degenerate repetition)."),
+}
+DEFAULT_FUNCTIONS = tuple(BUILTIN_FUNCTIONS)   # the built-in names, in table order
 
 
 def default_specs() -> dict[str, StrictModel]:
-    return {"math_answer": MathAnswerSpec(), "format": FormatSpec()}
+    """What ``functions`` holds when a config sets nothing: the two built-ins that config files show.
+
+    Only a default for the field; the registry adds every other entry of ``BUILTIN_FUNCTIONS`` anyway."""
+    return {name: BUILTIN_FUNCTIONS[name].spec() for name in ("math_answer", "format")}
 
 
 def check_weights(weights: dict[str, float]) -> None:
@@ -192,7 +224,9 @@ class RewardServiceConfig(StrictModel):
     port_file: str = Field("", description="If set, the bound port is written here once serving.")
     clip: float = Field(3.0, ge=0, description="Every reward is clipped to [-clip, clip] (0: off).")
     functions: dict[str, FunctionSpec] = Field(default_factory=default_specs,
-                                               description="Reward functions by name (type + params).")
+                                               description="Reward functions by name (type + params); every "
+                                                           "name in BUILTIN_FUNCTIONS exists even when not "
+                                                           "listed, and listing it replaces its defaults.")
 
     @field_validator("functions")
     @classmethod

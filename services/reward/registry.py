@@ -35,7 +35,7 @@ class Registry:
     def get(self, name: str) -> RewardFunction:
         if name in self._functions:
             return self._functions[name]
-        from services.reward.composite import INLINE_PREFIX, Composite, parse_inline
+        from services.reward.functions.composite import INLINE_PREFIX, Composite, parse_inline
         if name.startswith(INLINE_PREFIX):
             with self._lock:
                 if name not in self._inline:
@@ -114,42 +114,41 @@ class Registry:
 def build_function(name: str, spec, registry: Registry) -> RewardFunction:
     kind = spec.type
     if kind == "math_answer":
-        from services.reward.math_verifier import MathAnswer
+        from services.reward.functions.math_verifier import MathAnswer
         return MathAnswer(name, spec.rel_tol, spec.symbolic)
     if kind == "exact_match":
-        from services.reward.math_verifier import ExactMatch
+        from services.reward.functions.math_verifier import ExactMatch
         return ExactMatch(name, spec.strip)
     if kind == "format":
-        from services.reward.math_verifier import FormatReward
+        from services.reward.functions.math_verifier import FormatReward
         return FormatReward(name, spec.pattern)
     if kind == "code":
-        from services.reward.code_reward import CodeReward
+        from services.reward.functions.code_reward import CodeReward
         return CodeReward(name, spec)
     if kind == "reward_model":
-        from services.reward.reward_model import RewardModel
+        from services.reward.functions.reward_model import RewardModel
         return RewardModel(name, spec)
     if kind in ("relevance", "safety", "diversity"):
-        from services.reward import text_rewards
+        from services.reward.functions import text_rewards
         return {"relevance": text_rewards.Relevance, "safety": text_rewards.Safety,
                 "diversity": text_rewards.Diversity}[kind](name, spec)
     if kind == "composite":
-        from services.reward.composite import Composite
+        from services.reward.functions.composite import Composite
         return Composite(name, spec.components, registry)
     if kind == "judge":
-        from services.reward.judge import LLMJudge
+        from services.reward.functions.judge import LLMJudge
         return LLMJudge(name, spec)
     if kind == "pipeline":
-        from services.reward.pipeline import Pipeline
+        from services.reward.functions.pipeline import Pipeline
         return Pipeline(name, spec, registry)
     raise InvalidArgument(f"functions.{name}.type", f"unknown type {kind!r}")
 
 
 def build_registry(config) -> Registry:
-    """The registry for a RewardServiceConfig: built-in defaults, overridden and extended by config.functions."""
-    from services.reward import config as cfg
-    defaults = {"math_answer": cfg.MathAnswerSpec(), "exact_match": cfg.ExactMatchSpec(), "format": cfg.FormatSpec(), "code": cfg.CodeSpec(),
-                "relevance": cfg.RelevanceSpec(), "safety": cfg.SafetySpec(), "diversity": cfg.DiversitySpec()}
-    specs = {**defaults, **config.functions}
+    """The registry for a RewardServiceConfig: the built-ins (config.BUILTIN_FUNCTIONS with their default
+    settings), overridden and extended by config.functions."""
+    from services.reward.config import BUILTIN_FUNCTIONS
+    specs = {**{name: builtin.spec() for name, builtin in BUILTIN_FUNCTIONS.items()}, **config.functions}
     registry = Registry(clip=config.clip)
     try:
         for name, spec in specs.items():

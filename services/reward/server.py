@@ -79,13 +79,7 @@ def build_server(config: RewardServiceConfig, registry: Registry | None = None) 
 
 
 def serve(config: RewardServiceConfig) -> None:
-    server = build_server(config).start()
-    server.registry.warm()          # load reward models before saying SERVING
-    server.set_serving(True)
-    if config.port_file:
-        Path(config.port_file).write_text(str(server.port))
-    log.info("reward service on port %d with functions: %s", server.port, ", ".join(server.registry.names()))
-    try:
-        server.wait()
-    finally:
-        server.stop()
+    server = build_server(config)
+    log.info("reward functions: %s", ", ".join(server.registry.names()))
+    # the registry loads its reward models before health says SERVING; RewardServer.stop closes it
+    rpc.serve_until_stopped(server, "reward", config.port_file, prepare=server.registry.warm)

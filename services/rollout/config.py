@@ -26,5 +26,5 @@ class RolloutServiceConfig(StrictModel):
     max_n: int = Field(1024, ge=1, description="Largest n accepted by Generate.")
     claim_idle_ms: int = Field(30_000, ge=100, description="Reclaim a prompt job when its worker has not renewed its lease for this long (a live worker renews every third of it).")
     reward_deadline_s: float = Field(120.0, gt=0, description="Deadline of one ScoreBatch call.")
-    engine: EngineConfig = Field(default_factory=EngineConfig)
+    engine: EngineConfig = Field(default_factory=EngineConfig, description="The vLLM engine of this worker.")
     port_file: str = Field("", description="If set, the bound port is written here once serving.")

@@ -14,6 +14,7 @@ from typing import Callable
 
 import numpy as np
 
+from brorl import sampling
 from brorl.v1 import common_pb2
 from services.rollout.diversity import (dedup, embedding_clusters, near_duplicate_clusters, path_diversity_index,
                                        unique_ngram_ratio)
@@ -33,6 +34,7 @@ class Selection:
 
 def select(samples, n_keep: int, explore: common_pb2.ExploreParams,
            prefix_scorer: PrefixScorer | None = None) -> Selection:
+    x = sampling.effective_explore(explore)
     seqs = [list(s.token_ids) for s in samples]
     P = len(seqs)
     ledger = DropLedger()
@@ -40,23 +42,23 @@ def select(samples, n_keep: int, explore: common_pb2.ExploreParams,
     weights = np.ones(P)
 
     alive = np.arange(P)
-    mode = explore.dedup or "off"
+    mode = x.dedup
     if mode != "off" and P > 1:
-        if explore.dedup_method == "embedding":
-            clusters = embedding_clusters([s.text for s in samples], explore.embedding_model,
-                                          threshold=explore.dedup_threshold or 0.95)
+        if x.dedup_method == "embedding":
+            clusters = embedding_clusters([s.text for s in samples], x.embedding_model,
+                                          threshold=x.dedup_threshold)
         else:
-            clusters = near_duplicate_clusters(seqs, threshold=explore.dedup_threshold or 0.8)
+            clusters = near_duplicate_clusters(seqs, threshold=x.dedup_threshold)
         weights = dedup(clusters, mode)
         stats["explore/clusters"] = float(clusters.max() + 1) if P else 0.0
         if mode == "keep_one":
             ledger.drop([int(i) for i in np.flatnonzero(weights == 0)], "duplicate")
             alive = np.flatnonzero(weights > 0)
 
-    retention = explore.retention if 0 < explore.retention < 1 else 1.0
+    retention = x.retention
     scores = None
     if retention < 1 or len(alive) > n_keep:
-        scores = _predict(samples, alive, explore, prefix_scorer)
+        scores = _predict(samples, alive, x, prefix_scorer)
     if retention < 1 and len(alive):
         keep, threshold = adaptive_keep(scores, retention)
         ledger.drop([int(i) for i in alive[~keep]], "filtered")
@@ -73,9 +75,9 @@ def select(samples, n_keep: int, explore: common_pb2.ExploreParams,
     return Selection(kept=kept, weights={i: float(weights[i]) for i in kept}, dropped=ledger.counts(), stats=stats)
 
 
-def _predict(samples, alive: np.ndarray, explore, prefix_scorer) -> np.ndarray:
-    prefix = explore.predictor_prefix_tokens or None
-    predictor = explore.predictor or "logprob"
+def _predict(samples, alive: np.ndarray, x: sampling.EffectiveExplore, prefix_scorer) -> np.ndarray:
+    prefix = x.predictor_prefix_tokens or None
+    predictor = x.predictor
     if predictor == "logprob":
         return mean_logprob_scores([list(samples[i].logprobs) for i in alive], prefix)
     if prefix_scorer is None:

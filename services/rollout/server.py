@@ -1,18 +1,18 @@
 """RolloutService servicer plus the composition root of the rollout process."""
 from __future__ import annotations
 
+import functools
 import logging
 import threading
 import time
 import uuid
-from pathlib import Path
 
 from brorl import queue as q
-from brorl import rpc
+from brorl import rpc, sampling
 from brorl.errors import InvalidArgument, Unavailable
 from brorl.v1 import reward_pb2_grpc, rollout_pb2, rollout_pb2_grpc
 from services.rollout.config import RolloutServiceConfig
-from services.rollout.paths import engine_kwargs, to_paths, validate_sampling
+from services.rollout.samples import to_paths, validate_sampling
 from services.rollout.worker import RolloutWorker, WorkerStats
 
 log = logging.getLogger(__name__)
@@ -38,7 +38,8 @@ class RolloutServicer(rollout_pb2_grpc.RolloutServiceServicer):
         with self.lock:
             version = self.engine.weight_version
             try:
-                [(prompt_ids, samples)] = self.engine.generate([request.prompt], **engine_kwargs(request.sampling))
+                [(prompt_ids, samples)] = self.engine.generate(
+                    [request.prompt], **sampling.effective(request.sampling).engine_kwargs())
             except ValueError as exc:  # the engine's own validation (e.g. prompt longer than max_model_len)
                 raise InvalidArgument("sampling", str(exc)) from None
         paths = to_paths(samples, group_id=prompt_id, prompt_id=prompt_id, version=version,
@@ -82,27 +83,23 @@ def serve(config: RolloutServiceConfig, engine=None) -> None:
     lock = threading.Lock()
     servicer = RolloutServicer(None, lock, config, stats)
     rollout_pb2_grpc.add_RolloutServiceServicer_to_server(servicer, server.grpc)
-    server.start()  # health answers NOT_SERVING while the engine loads
-    if config.port_file:
-        Path(config.port_file).write_text(str(server.port))
-    engine = engine or build_engine(config)
-    servicer.engine = engine
     stop = threading.Event()
-    threads = []
-    if config.worker_loop:
-        redis_client = q.connect(config.redis_url)
-        reward = reward_pb2_grpc.RewardServiceStub(rpc.channel(config.reward_address))
-        worker = RolloutWorker(engine, lock, redis_client, reward, run_id=config.run_id, namespace=config.namespace,
-                               claim_idle_ms=config.claim_idle_ms, reward_deadline_s=config.reward_deadline_s,
-                               stats=stats)
-        threads.append(threading.Thread(target=worker.run, args=(stop,), name="rollout-worker", daemon=True))
-    for t in threads:
-        t.start()
-    server.set_serving(True)
-    log.info("rollout service on port %d (model %s)", server.port, config.model)
-    try:
-        server.wait()
-    finally:
+
+    def prepare() -> None:   # health answers NOT_SERVING while the engine loads
+        servicer.engine = engine or build_engine(config)
+        if config.worker_loop:
+            redis_client = q.connect(config.redis_url)
+            reward = reward_pb2_grpc.RewardServiceStub(rpc.channel(config.reward_address))
+            worker = RolloutWorker(servicer.engine, lock, q.RunRegistry(redis_client, config.namespace),
+                                   functools.partial(q.RunChannels, redis_client), reward,
+                                   run_id=config.run_id, claim_idle_ms=config.claim_idle_ms,
+                                   reward_deadline_s=config.reward_deadline_s, stats=stats)
+            threading.Thread(target=worker.run, args=(stop,), name="rollout-worker", daemon=True).start()
+        log.info("model %s loaded", config.model)
+
+    def cleanup() -> None:
         stop.set()
-        server.stop()
-        engine.close()
+        if servicer.engine is not None:
+            servicer.engine.close()
+
+    rpc.serve_until_stopped(server, "rollout", config.port_file, prepare, cleanup)

@@ -9,15 +9,17 @@ import logging
 import threading
 import time
 from dataclasses import dataclass
+from typing import Callable
 
 import grpc
 from google.protobuf.message import DecodeError
 
 from brorl import queue as q
+from brorl import rpc, sampling
 from brorl.v1 import common_pb2, reward_pb2
-from brorl.weights import WeightStore, read_pointer
+from brorl.weights import WeightStore
 from services.rollout.explore import select
-from services.rollout.paths import engine_kwargs, to_paths
+from services.rollout.samples import to_paths
 
 log = logging.getLogger(__name__)
 
@@ -31,20 +33,23 @@ class WorkerStats:
 
 
 class RolloutWorker:
-    def __init__(self, engine, engine_lock: threading.Lock, redis_client, reward_stub, *, run_id: str = "",
-                 namespace: str = "default",
-                 claim_idle_ms: int = 30_000, reward_deadline_s: float = 120.0, stats: WorkerStats | None = None):
+    def __init__(self, engine, engine_lock: threading.Lock, registry: q.RunRegistry,
+                 open_run: Callable[[str], q.RunChannels], reward_stub, *, run_id: str = "",
+                 claim_idle_ms: int = 30_000, reward_deadline_s: float = 120.0,
+                 stats: WorkerStats | None = None):
+        """``registry`` says which run to follow (unless ``run_id`` fixes one); ``open_run``
+        gives a run's channels (brorl.queue.RunChannels)."""
         self.engine = engine
         self.lock = engine_lock
-        self.r = redis_client
+        self.registry = registry
+        self.open_run = open_run
         self.reward = reward_stub
         self.fixed_run_id = run_id
-        self.namespace = namespace
         self.claim_idle_ms = claim_idle_ms
         self.reward_deadline_s = reward_deadline_s
         self.stats = stats or WorkerStats()
         self.name = q.consumer_name()
-        self._queues: dict[str, q.StreamQueue] = {}
+        self._runs: dict[str, tuple[q.RunChannels, q.StreamQueue]] = {}
         self.loaded_run = ""   # the run whose published weights the engine holds ("" = model dir)
 
     def run(self, stop: threading.Event) -> None:
@@ -57,17 +62,15 @@ class RolloutWorker:
                 stop.wait(2.0)
 
     def current_run(self) -> str:
-        if self.fixed_run_id:
-            return self.fixed_run_id
-        raw = self.r.get(q.active_run_key(self.namespace))
-        return raw.decode() if raw else ""
+        return self.fixed_run_id or self.registry.active()
 
-    def _queue(self, run_id: str) -> q.StreamQueue:
-        if run_id not in self._queues:
-            k = q.keys(run_id)
-            self._queues[run_id] = q.StreamQueue(self.r, k["prompts"], "rollout", consumer=self.name,
-                                                 dead_stream=k["dead"], claim_idle_ms=self.claim_idle_ms)
-        return self._queues[run_id]
+    def _channels(self, run_id: str) -> tuple[q.RunChannels, q.StreamQueue]:
+        """The run's channels and this worker's consumer of its prompt jobs."""
+        if run_id not in self._runs:
+            channels = self.open_run(run_id)
+            queue = channels.prompt_queue("rollout", consumer=self.name, claim_idle_ms=self.claim_idle_ms)
+            self._runs[run_id] = (channels, queue)
+        return self._runs[run_id]
 
     def step(self) -> bool:
         """Process at most one prompt job; False when there was nothing to do."""
@@ -76,17 +79,17 @@ class RolloutWorker:
             time.sleep(0.5)
             return False
         self.maybe_reload(run_id)
-        queue = self._queue(run_id)
+        channels, queue = self._channels(run_id)
         deliveries = queue.read(count=1, block_ms=500)
         for d in deliveries:
             with queue.lease(d.entry_id):   # a long job must not look like a dead worker's
-                self.process(queue, run_id, d)
+                self.process(channels, queue, d)
         return bool(deliveries)
 
     def maybe_reload(self, run_id: str) -> None:
         """Load the run's newest published version. Versions count per run: a worker that
         served another run before reloads even a lower version (every run publishes v0)."""
-        pointer = read_pointer(self.r, q.keys(run_id)["weights"])
+        pointer = self._channels(run_id)[0].read_weights()
         if pointer is None:
             return
         if run_id == self.loaded_run and pointer.version <= self.engine.weight_version:
@@ -99,7 +102,7 @@ class RolloutWorker:
         self.stats.reloads += 1
         log.info("loaded weight version %d in %.2fs", pointer.version, time.perf_counter() - start)
 
-    def process(self, queue: q.StreamQueue, run_id: str, delivery: q.Delivery) -> None:
+    def process(self, channels: q.RunChannels, queue: q.StreamQueue, delivery: q.Delivery) -> None:
         try:
             job = common_pb2.PromptJob.FromString(delivery.data)
         except DecodeError as exc:
@@ -107,8 +110,8 @@ class RolloutWorker:
             return
         start = time.perf_counter()
         n_keep = job.sampling.n
-        kwargs = engine_kwargs(job.sampling)
-        kwargs["n"] = max(job.explore.oversample_m, n_keep)   # hierarchical: M candidates, keep n
+        kwargs = sampling.effective(job.sampling).engine_kwargs()
+        kwargs["n"] = sampling.candidates(job)   # hierarchical: M candidates, keep n
         with self.lock:
             version = self.engine.weight_version
             [(prompt_ids, samples)] = self.engine.generate([job.prompt], **kwargs)
@@ -127,15 +130,13 @@ class RolloutWorker:
             queue.dead_letter(delivery.entry_id, delivery.data, f"reward service refused the job: {exc.details()}")
             return
         score_s = time.perf_counter() - start
-        group = common_pb2.PathGroup(run_id=run_id, group_id=job.group_id, prompt_id=job.prompt_id,
+        group = common_pb2.PathGroup(run_id=channels.run_id, group_id=job.group_id, prompt_id=job.prompt_id,
                                      prompt=job.prompt, prompt_token_ids=prompt_ids, reference=job.reference,
                                      paths=paths, weight_version=version, worker=self.name,
                                      generate_seconds=gen_s, score_seconds=score_s, part_index=job.part_index,
                                      part_count=job.part_count, generated=len(samples), dropped=chosen.dropped,
                                      stats=chosen.stats)
-        k = q.keys(run_id)
-        fresh = queue.publish_once_and_ack(delivery.entry_id, job.job_id, k["paths"], k["done"],
-                                           group.SerializeToString())
+        fresh = channels.publish_group(queue, delivery.entry_id, job.job_id, group.SerializeToString())
         self.stats.paths_generated += len(samples)
         self.stats.tokens_generated += sum(len(x.token_ids) for x in samples)
         self.stats.groups_published += int(fresh)
@@ -163,14 +164,5 @@ class RolloutWorker:
             path.reward_status = result.status
             path.reward_components.update(result.components)
 
-    def _call_reward(self, request, attempts: int = 5):
-        for attempt in range(attempts):
-            try:
-                return self.reward.ScoreBatch(request, timeout=self.reward_deadline_s)
-            except grpc.RpcError as exc:
-                retryable = exc.code() in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED)
-                if not retryable or attempt == attempts - 1:
-                    raise
-                log.warning("reward service %s; retry %d", exc.code().name, attempt + 1)
-                time.sleep(min(2 ** attempt, 10))
-        raise AssertionError("unreachable")
+    def _call_reward(self, request):
+        return rpc.call_with_retry(self.reward.ScoreBatch, request, timeout=self.reward_deadline_s)

@@ -2,7 +2,7 @@ import uuid
 
 import pytest
 
-from brorl.launcher import ServiceProc, stop_all
+from brorl.apps.launcher import ServiceProc, stop_all
 
 
 @pytest.fixture(scope="session")

@@ -11,10 +11,10 @@ import psutil
 import pytest
 import redis
 
-from brorl.launcher import REPO_ROOT
+from brorl.apps.launcher import REPO_ROOT
 from brorl.rpc import wait_serving
 
-pytestmark = [pytest.mark.e2e, pytest.mark.slow]
+pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.redis]
 
 
 def free_ports(k: int) -> list[int]:
@@ -32,7 +32,7 @@ class LaunchedCluster:
         self.redis_port, reward, learner, rollout = free_ports(4)   # nothing listens on redis_port
         self.addresses = {"reward": f"127.0.0.1:{reward}", "learner": f"127.0.0.1:{learner}"}
         self.addresses.update({f"rollout-{i}": f"127.0.0.1:{rollout + i}" for i in range(workers)})
-        argv = [sys.executable, "-m", "brorl.cli", "cluster", "--model", model, "--workers", str(workers),
+        argv = [sys.executable, "-m", "brorl.apps.cli", "cluster", "--model", model, "--workers", str(workers),
                 "--workdir", str(tmp / "cluster"), "--redis-url", f"redis://127.0.0.1:{self.redis_port}/0",
                 "--reward-port", str(reward), "--learner-port", str(learner), "--rollout-base-port", str(rollout),
                 "--namespace", tmp.name]

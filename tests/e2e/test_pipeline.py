@@ -9,7 +9,7 @@ import pytest
 
 from brorl.client import LearnerClient
 
-pytestmark = [pytest.mark.e2e, pytest.mark.slow]
+pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.redis]
 
 
 @pytest.fixture(scope="module")

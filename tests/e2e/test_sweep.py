@@ -6,14 +6,14 @@ import sys
 
 import pytest
 
-from brorl.launcher import REPO_ROOT
+from brorl.apps.launcher import REPO_ROOT
 
-pytestmark = [pytest.mark.e2e, pytest.mark.slow]
+pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.redis]
 
 
 def test_short_sweep_writes_table_and_plots(tmp_path):
     out = tmp_path / "docs"
-    cmd = [sys.executable, "-m", "brorl.cli", "sweep", "--workdir", str(tmp_path / "work"), "--base-port", "50560",
+    cmd = [sys.executable, "-m", "brorl.apps.cli", "sweep", "--workdir", str(tmp_path / "work"), "--base-port", "50560",
            "ns=[16,64]", "seeds=[0]", "equal_steps=2", "sample_budget=256", "eval_problems=50", "eval_points=1",
            "train_problems=500", "workers=1", "warmstart=[--steps,150,--eval-problems,50]", f"out={out}"]
     proc = subprocess.run(cmd, cwd=REPO_ROOT, capture_output=True, text=True, timeout=900)

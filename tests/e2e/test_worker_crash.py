@@ -11,7 +11,7 @@ from brorl import queue as q
 from brorl import rpc
 from brorl.v1 import common_pb2, reward_pb2, reward_pb2_grpc
 
-pytestmark = [pytest.mark.e2e, pytest.mark.slow]
+pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.redis]
 
 
 class SlowReward(reward_pb2_grpc.RewardServiceServicer):

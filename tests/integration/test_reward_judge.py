@@ -9,7 +9,7 @@ import pytest
 from brorl.v1 import reward_pb2
 from services.reward.base import ScoreItem
 from services.reward.config import JudgeSpec, RewardServiceConfig
-from services.reward.judge import LLMJudge, parse_score
+from services.reward.functions.judge import LLMJudge, parse_score
 
 from .conftest import reward_server
 

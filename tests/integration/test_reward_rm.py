@@ -1,7 +1,7 @@
 """Reward model: generate a preference set, train briefly on CPU, serve it by name through gRPC.
 
 The full measurement (≥ 90% validation pairwise accuracy within 5 minutes) is
-``python -m services.reward.rm_train --generate 20000 --data D/prefs.jsonl --out D/model``; this test is
+``python -m services.reward.training.rm_train --generate 20000 --data D/prefs.jsonl --out D/model``; this test is
 a shortened run (1500 steps, ~1/4 of the full run) that must still clearly beat chance (0.5).
 """
 import json
@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from brorl.v1 import reward_pb2
-from services.reward.prefgen import generate
-from services.reward.rm_train import pair_metrics, split_pairs
+from services.reward.training.prefgen import generate
+from services.reward.training.rm_train import pair_metrics, split_pairs
 
 from .conftest import reward_server
 
@@ -38,7 +38,7 @@ def test_generated_pairs_and_prompt_level_split():
 @pytest.mark.slow
 def test_train_then_serve_reward_model(tmp_path):
     data, out = tmp_path / "prefs.jsonl", tmp_path / "rm"
-    proc = subprocess.run([sys.executable, "-m", "services.reward.rm_train", "--generate", "20000",
+    proc = subprocess.run([sys.executable, "-m", "services.reward.training.rm_train", "--generate", "20000",
                            "--data", str(data), "--out", str(out), "--steps", "600", "--max-seconds", "300"],
                           cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]
@@ -73,7 +73,7 @@ def test_train_then_serve_reward_model(tmp_path):
 
 def test_backbone_option_fine_tunes_a_local_model(tmp_path, capsys):
     from demo.model import create_tiny_model
-    from services.reward import prefgen, rm_train
+    from services.reward.training import prefgen, rm_train
     backbone = create_tiny_model(tmp_path / "lm", hidden_size=32, layers=1, heads=2, kv_heads=1, intermediate_size=64)
     prefgen.write_jsonl(prefgen.generate(200, seed=1), tmp_path / "p.jsonl")
     assert rm_train.main(["--data", str(tmp_path / "p.jsonl"), "--out", str(tmp_path / "rm"), "--backbone",

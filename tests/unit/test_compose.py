@@ -29,7 +29,7 @@ import pytest
 import yaml
 from pydantic import BaseModel
 
-from brorl import launcher
+from brorl.apps import launcher
 from brorl.config import env_overrides, load_config
 from services.learner.config import LearnerServiceConfig
 from services.reward.config import RewardServiceConfig
@@ -322,7 +322,7 @@ def test_dockerignore_keeps_what_the_image_needs():
                    for pre in prefixes for pat in patterns)
 
     needed = ["docker/healthcheck.py", "docker/Dockerfile", "requirements.txt", "scripts/setup.sh",
-              "brorl/launcher.py", "brorl/v1", "protos", "services/rollout/__main__.py",
+              "brorl/apps/launcher.py", "brorl/v1", "protos", "services/rollout/__main__.py",
               "services/reward/__main__.py", "services/learner/__main__.py", "kernels", "pyproject.toml"]
     assert not [p for p in needed if ignored(p)]
     assert ignored(".git") and ignored("runs/x/weights") and ignored("brorl/__pycache__")

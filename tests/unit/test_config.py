@@ -46,3 +46,52 @@ def test_run_config_errors_name_fields():
         with pytest.raises(InvalidArgument) as err:
             parse_run_config(text)
         assert err.value.field == field, (text, str(err.value))
+
+
+# --- the recipe shared by `brorl demo` and `brorl sweep` (brorl/apps/recipe.py) -----------------
+
+def test_sweep_follows_the_demo_recipe():
+    from pathlib import Path
+
+    from brorl.apps.demo_cmd import DEFAULT_CONFIG, DemoConfig
+    from brorl.apps.recipe import CONFIGS, DemoInputs, build_run_config, load_recipe, run_config_yaml
+    from brorl.apps.sweep_cmd import SweepConfig, per_run_config, plan
+
+    demo = load_recipe(DemoConfig, DEFAULT_CONFIG)
+    sweep = load_recipe(SweepConfig, CONFIGS / "sweep.yaml", ["workers=1", "warmstart=[--steps,150]", "ns=[16,64]"])
+    assert sweep.base == "demo.yaml" and sweep.run == demo.run and sweep.threads_per_process == demo.threads_per_process
+    assert (demo.eval_problems, sweep.eval_problems, sweep.workers, sweep.warmstart) == (500, 200, 1, ["--steps", "150"])
+
+    inputs = DemoInputs(model=Path("/m"), data=Path("/d.jsonl"), accuracy=0.1)
+    demo_run = build_run_config(demo, inputs)
+    assert (demo_run.model, demo_run.data.train_path, demo_run.sampling.n) == ("/m", "/d.jsonl", 512)
+    assert parse_run_config(run_config_yaml(demo_run)) == demo_run
+    runs = plan(sweep)
+    assert [(r["regime"], r["n"], r["steps"]) for r in runs[::3]] == [
+        ("equal_steps", 16, 10), ("equal_steps", 64, 10), ("equal_samples", 16, 320), ("equal_samples", 64, 80)]
+    sweep_run = build_run_config(sweep, inputs, per_run_config(runs[-1]))
+    assert (sweep_run.sampling.n, sweep_run.train.steps, sweep_run.train.seed, sweep_run.data.shuffle_seed) == (64, 80, 2, 2)
+    # everything the sweep does not set per run is the demo's
+    same = build_run_config(demo, inputs, {"sampling": {"n": 64}, "train": {"steps": 80, "seed": 2},
+                                            "data": {"shuffle_seed": 2}})
+    assert sweep_run == same
+
+
+def test_recipe_bases_are_checked(tmp_path):
+    from brorl.apps.demo_cmd import DemoConfig
+    from brorl.apps.recipe import load_recipe
+
+    (tmp_path / "a.yaml").write_text("base: b.yaml\nworkers: 3\n")
+    (tmp_path / "b.yaml").write_text("workers: 1\nrun: {reward_fn: exact_match}\n")
+    cfg = load_recipe(DemoConfig, tmp_path / "a.yaml")
+    assert (cfg.workers, cfg.run) == (3, {"reward_fn": "exact_match"})
+    (tmp_path / "b.yaml").write_text("base: a.yaml\n")
+    for path, overrides, field in [(tmp_path / "a.yaml", [], "base"), (tmp_path / "missing.yaml", [], "config"),
+                                   (tmp_path / "b.yaml", ["base=c.yaml"], "base"), (tmp_path / "c.yaml", [], "config")]:
+        with pytest.raises(InvalidArgument) as err:
+            load_recipe(DemoConfig, path, overrides)
+        assert err.value.field == field, (path, str(err.value))
+    (tmp_path / "c.yaml").write_text("workers: 1\neval_problems: 100\n")   # the demo needs >= 200
+    with pytest.raises(InvalidArgument) as err:
+        load_recipe(DemoConfig, tmp_path / "c.yaml")
+    assert err.value.field == "eval_problems"

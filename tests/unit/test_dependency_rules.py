@@ -1,6 +1,9 @@
 """DESIGN.md §2: brorl imports no torch/vllm/deepspeed/triton, services never import each other,
-vllm only in services/rollout/engine.py, deepspeed only in services/learner/strategy.py,
-triton only in kernels/."""
+vllm only in services/rollout/engine.py, deepspeed only in services/learner/deepspeed_engine.py,
+triton only in kernels/. Also: the core (brorl/ outside brorl/apps/) never imports the apps,
+services never import the demo package, and the imports inside brorl/ form no cycle.
+
+Every rule counts imports anywhere in a file, including those inside functions."""
 import ast
 import subprocess
 import sys
@@ -19,6 +22,30 @@ def imports_of(path: Path) -> set[str]:
         elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
             names.add(node.module)
     return names
+
+
+def imported_names(path: Path, module: str) -> set[str]:
+    """Every name an import in ``path`` (module ``module``) may load: ``import a.b`` gives a.b;
+    ``from a import b`` gives a and a.b; relative imports are resolved against ``module``."""
+    is_package = path.name == "__init__.py"
+    names = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            names.update(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                parts = module.split(".")
+                anchor = parts[:len(parts) - node.level + (1 if is_package else 0)]
+                base = ".".join(anchor + ([base] if base else []))
+            names.add(base)
+            names.update(f"{base}.{a.name}" for a in node.names if a.name != "*")
+    return names
+
+
+def module_name(path: Path) -> str:
+    parts = path.relative_to(ROOT).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
 def py_files(folder: str):
@@ -49,7 +76,7 @@ def test_services_do_not_import_each_other():
 
 
 def test_framework_imports_stay_in_their_module():
-    owners = {"vllm": {"services/rollout/engine.py"}, "deepspeed": {"services/learner/strategy.py"}}
+    owners = {"vllm": {"services/rollout/engine.py"}, "deepspeed": {"services/learner/deepspeed_engine.py"}}
     for path in ROOT.glob("**/*.py"):
         rel = str(path.relative_to(ROOT))
         if rel.startswith(("tests/", "bench/", ".")) or "/bench/" in rel:
@@ -60,3 +87,69 @@ def test_framework_imports_stay_in_their_module():
                 assert rel in allowed, f"{rel} imports {lib}; only {allowed} may"
         if "triton" in roots:
             assert rel.startswith("kernels/"), f"{rel} imports triton; only kernels/ may"
+
+
+def core_import_graph() -> dict[str, set[str]]:
+    """Module → the brorl modules it imports (the longest module prefix of each imported name)."""
+    paths = {module_name(p): p for p in (ROOT / "brorl").rglob("*.py")}
+    graph = {}
+    for mod, path in paths.items():
+        targets = set()
+        for name in imported_names(path, mod):
+            parts = name.split(".")
+            hit = next((".".join(parts[:k]) for k in range(len(parts), 0, -1) if ".".join(parts[:k]) in paths), None)
+            if hit and hit != mod:
+                targets.add(hit)
+        graph[mod] = targets
+    return graph
+
+
+def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    """One cycle of ``graph`` as a path that starts and ends at the same node, or None."""
+    state: dict[str, int] = {}   # 1: on the current path, 2: done
+    stack: list[str] = []
+
+    def visit(node: str) -> list[str] | None:
+        state[node] = 1
+        stack.append(node)
+        for nxt in sorted(graph.get(node, ())):
+            if state.get(nxt) == 1:
+                return stack[stack.index(nxt):] + [nxt]
+            if nxt not in state and (cycle := visit(nxt)):
+                return cycle
+        stack.pop()
+        state[node] = 2
+        return None
+
+    for node in sorted(graph):
+        if node not in state and (cycle := visit(node)):
+            return cycle
+    return None
+
+
+def test_find_cycle_reports_the_path():
+    assert find_cycle({"a": {"b"}, "b": {"c"}, "c": set()}) is None
+    assert find_cycle({"a": {"b"}, "b": {"c"}, "c": {"b"}}) == ["b", "c", "b"]
+
+
+def test_no_import_cycle_in_brorl():
+    graph = core_import_graph()
+    assert {"brorl.apps.cli", "brorl.apps.recipe", "brorl.config"} <= set(graph)   # the graph sees the tree
+    assert "brorl.apps.recipe" in graph["brorl.apps.demo_cmd"]   # `from brorl.apps import recipe` is that module
+    cycle = find_cycle(graph)
+    assert cycle is None, "import cycle in brorl/: " + " -> ".join(cycle)
+
+
+def test_core_does_not_import_the_apps():
+    for path in py_files("brorl"):
+        mod = module_name(path)
+        if mod == "brorl.apps" or mod.startswith("brorl.apps."):
+            continue
+        bad = {n for n in imported_names(path, mod) if n == "brorl.apps" or n.startswith("brorl.apps.")}
+        assert not bad, f"{path.relative_to(ROOT)} (core) imports {bad}; the apps build on the core, not back"
+
+
+def test_services_do_not_import_the_demo():
+    for path in (ROOT / "services").rglob("*.py"):
+        bad = {n for n in imported_names(path, module_name(path)) if n.split(".")[0] == "demo"}
+        assert not bad, f"{path.relative_to(ROOT)} imports {bad}; services must not depend on the CPU demo (demo/)"

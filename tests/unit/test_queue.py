@@ -6,6 +6,9 @@ import pytest
 import redis
 
 from brorl.queue import StreamQueue, connect
+from tests.waiting import wait_until
+
+pytestmark = pytest.mark.redis
 
 
 @pytest.fixture
@@ -39,11 +42,11 @@ def test_dead_consumers_entries_are_reclaimed_then_dead_lettered(r):
     b = make(client, prefix, "b", claim_idle_ms=20, max_deliveries=2)
     a.put(b"job")
     [first] = a.read(1, block_ms=100)                # a "dies" holding it
-    time.sleep(0.05)
-    [again] = b.read(1, block_ms=100)
+    [again] = wait_until(lambda: b.read(1, block_ms=10), what="b reclaims a's entry")
     assert again.entry_id == first.entry_id and again.deliveries == 2
-    time.sleep(0.05)
-    assert a.read(1, block_ms=50) == []              # third delivery exceeds max: dead-lettered
+    # b dies too: the third delivery would exceed the maximum, so the entry is dead-lettered
+    wait_until(lambda: a.read(1, block_ms=10) == [] and client.xlen(f"{prefix}:dead") == 1,
+               what="the entry dead-lettered")
     dead = client.xrange(f"{prefix}:dead")
     assert len(dead) == 1 and dead[0][1][b"data"] == b"job"
     assert a.pending_count() == 0
@@ -55,8 +58,7 @@ def test_publish_once_and_ack_is_idempotent_by_job_id(r):
     b = make(client, prefix, "b", claim_idle_ms=10)
     a.put(b"job")
     [d1] = a.read(1, block_ms=100)
-    time.sleep(0.03)
-    [d2] = b.read(1, block_ms=100)                   # both believe they own the job
+    [d2] = wait_until(lambda: b.read(1, block_ms=10))   # both believe they own the job
     assert b.publish_once_and_ack(d2.entry_id, "job-1", f"{prefix}:out", f"{prefix}:done", b"result")
     assert not a.publish_once_and_ack(d1.entry_id, "job-1", f"{prefix}:out", f"{prefix}:done", b"result")
     assert client.xlen(f"{prefix}:out") == 1
@@ -78,10 +80,10 @@ def test_a_renewed_lease_keeps_a_long_job_from_being_reclaimed(r):
     a.put(b"long job")
     [d] = a.read(1, block_ms=100)
     with a.lease(d.entry_id):
-        time.sleep(1.2)                          # four times the claim idle time
+        time.sleep(1.2)                          # a deliberate span: four times the claim idle time
         assert b.read(1, block_ms=50) == []      # a is alive and renewing: not reclaimed
-    time.sleep(0.4)                              # a stops renewing (dies): now b takes it
-    [again] = b.read(1, block_ms=50)
+    # a stops renewing (dies): b takes the job once it has been idle for claim_idle_ms
+    [again] = wait_until(lambda: b.read(1, block_ms=10), what="b reclaims the job")
     assert again.entry_id == d.entry_id and again.deliveries == 2   # renewals are not deliveries
     assert not a.renew(d.entry_id)               # a presumed-dead consumer cannot take it back
     assert client.xpending_range(f"{prefix}:s", "g", min="-", max="+", count=5)[0]["consumer"] == b"b"

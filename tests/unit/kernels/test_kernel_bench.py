@@ -10,7 +10,8 @@ import argparse
 import pytest
 import torch
 
-from kernels.bench import bench_advantages, bench_logprobs, bench_policy_loss, common
+from bench import kernel_advantages as bench_advantages, kernel_common as common
+from bench import kernel_logprobs as bench_logprobs, kernel_policy_loss as bench_policy_loss
 
 TINY = {
     bench_logprobs: dict(BT=6, V=1001, dtype="float32"),

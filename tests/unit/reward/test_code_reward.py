@@ -5,7 +5,7 @@ import signal
 import pytest
 
 from services.reward.base import ScoreItem
-from services.reward.code_reward import CodeReward, extract_code, interpret, parse_reference
+from services.reward.functions.code_reward import CodeReward, extract_code, interpret, parse_reference
 from services.reward.config import CodeSpec
 
 

@@ -3,7 +3,7 @@ import time
 import pytest
 
 from services.reward.base import ScoreItem
-from services.reward.math_verifier import FormatReward, MathAnswer, answers_match, extract_answer, to_number
+from services.reward.functions.math_verifier import FormatReward, MathAnswer, answers_match, extract_answer, to_number
 
 
 @pytest.mark.parametrize("text,answer", [
@@ -84,7 +84,7 @@ def test_format_reward_default_and_custom_pattern():
 
 def test_exact_match_is_stricter_than_math_answer():
     from services.reward.base import ScoreItem
-    from services.reward.math_verifier import ExactMatch, MathAnswer
+    from services.reward.functions.math_verifier import ExactMatch, MathAnswer
     items = [ScoreItem("a", "", "098", "98"), ScoreItem("b", "", " 98 ", "98"), ScoreItem("c", "", "97", "98")]
     assert [s.reward for s in ExactMatch().score_batch(items)] == [0.0, 1.0, 0.0]
     assert [s.reward for s in MathAnswer().score_batch(items)] == [1.0, 1.0, 0.0]

@@ -1,7 +1,7 @@
 from services.reward.base import Score, ScoreItem
 from services.reward.config import PipelineSpec
-from services.reward.math_verifier import FormatReward
-from services.reward.pipeline import Pipeline
+from services.reward.functions.math_verifier import FormatReward
+from services.reward.functions.pipeline import Pipeline
 from services.reward.registry import Registry
 
 

@@ -4,10 +4,10 @@ import pytest
 
 from brorl.errors import InvalidArgument
 from services.reward.base import ScoreItem
-from services.reward.composite import parse_inline
+from services.reward.functions.composite import parse_inline
 from services.reward.config import RelevanceSpec, RewardServiceConfig, SafetySpec
 from services.reward.registry import Registry, build_registry
-from services.reward.text_rewards import Diversity, Relevance, Safety, ngram_entropy
+from services.reward.functions.text_rewards import Diversity, Relevance, Safety, ngram_entropy
 
 
 def item(completion: str, prompt: str = "", reference: str = "") -> ScoreItem:

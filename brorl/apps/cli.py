@@ -23,8 +23,11 @@ from pathlib import Path
 
 import grpc
 
+from brorl.apps import demo_cmd, sweep_cmd
+from brorl.apps.launcher import REPO_ROOT, Cluster, ClusterSpec
+from brorl.apps.progress import watch_run
+from brorl.client import LearnerClient, RewardClient, RolloutClient
 from brorl.errors import BrorlError
-from brorl.launcher import REPO_ROOT
 
 log = logging.getLogger("brorl")
 
@@ -35,7 +38,6 @@ def _passthrough(module: str, args: list[str]) -> int:
 
 
 def cmd_cluster(args) -> int:
-    from brorl.launcher import Cluster, ClusterSpec
     spec = ClusterSpec(model=args.model, workdir=Path(args.workdir), rollout_workers=args.workers,
                        redis_url=args.redis_url, namespace=args.namespace, reward_port=args.reward_port,
                        learner_port=args.learner_port, rollout_base_port=args.rollout_base_port)
@@ -58,30 +60,7 @@ def cmd_cluster(args) -> int:
     return 0
 
 
-def watch_run(client, run_id: str, total: int, quiet: bool = False) -> dict:
-    """Follow a run's metrics with a progress bar; returns the final RunInfo as a dict."""
-    from tqdm import tqdm
-    bar = tqdm(total=total, desc=run_id, unit="step", disable=quiet, dynamic_ncols=True)
-    for m in client.watch(run_id):
-        if m.event in ("done", "failed", "stopped"):
-            if m.event == "failed":
-                bar.write(f"run failed: {m.message}")
-            break
-        if m.step > bar.n:
-            bar.update(m.step - bar.n)
-        v = m.values
-        if "learner/reward_mean" in v:
-            workers = sum(1 for k in v if k.startswith("rollout/paths_by/"))
-            bar.set_postfix(reward=f"{v['learner/reward_mean']:.3f}", version=int(v.get("learner/weight_version", 0)),
-                            paths=int(v.get("rollout/paths", 0)), workers=workers, refresh=False)
-    bar.close()
-    info = client.get(run_id)
-    return {"run_id": info.run_id, "state": info.state, "step": info.step, "run_dir": info.run_dir,
-            "message": info.message}
-
-
 def cmd_run(args) -> int:
-    from brorl.client import LearnerClient
     client = LearnerClient(args.learner)
     if args.action == "start":
         info = client.start_file(args.target, run_id=args.run_id, resume=args.resume)
@@ -105,7 +84,6 @@ def cmd_run(args) -> int:
 
 
 def cmd_generate(args) -> int:
-    from brorl.client import RolloutClient
     resp = RolloutClient(args.rollout).generate(args.prompt, n=args.n, temperature=args.temperature,
                                                 max_tokens=args.max_tokens, top_k=args.top_k, top_p=args.top_p)
     for p in resp.paths:
@@ -115,7 +93,6 @@ def cmd_generate(args) -> int:
 
 
 def cmd_score(args) -> int:
-    from brorl.client import RewardClient
     resp = RewardClient(args.reward).score_batch(args.fn, [{"prompt": args.prompt, "completion": args.completion,
                                                             "reference": args.reference}])
     r = resp.results[0]
@@ -129,12 +106,12 @@ def build_parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command", required=True)
 
     d = sub.add_parser("demo", help="the CPU demo: warm-start, cluster, RL with N=512, evaluation")
-    from brorl.demo_cmd import add_arguments
-    add_arguments(d)
+    demo_cmd.add_arguments(d)
+    d.set_defaults(handler=demo_cmd.run_demo)
 
     sw = sub.add_parser("sweep", help="N in {16,64,256,512} at equal samples and equal steps (writes docs/sweep)")
-    from brorl.sweep_cmd import add_arguments as sweep_arguments
-    sweep_arguments(sw)
+    sweep_cmd.add_arguments(sw)
+    sw.set_defaults(handler=sweep_cmd.run_sweep)
 
     c = sub.add_parser("cluster", help="start reward, K rollout workers and the learner locally")
     c.add_argument("--model", required=True, help="HF model directory the rollout workers load")
@@ -145,6 +122,7 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--reward-port", type=int, default=50052)
     c.add_argument("--learner-port", type=int, default=50053)
     c.add_argument("--rollout-base-port", type=int, default=50061, help="worker i listens on this port + i")
+    c.set_defaults(handler=cmd_cluster)
 
     r = sub.add_parser("run", help="control runs on a learner")
     r.add_argument("action", choices=["start", "status", "watch", "stop", "checkpoint"])
@@ -153,6 +131,7 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--run-id", default="")
     r.add_argument("--resume", action="store_true")
     r.add_argument("--watch", action="store_true")
+    r.set_defaults(handler=cmd_run)
 
     g = sub.add_parser("generate", help="sample paths from a rollout service")
     g.add_argument("prompt")
@@ -162,6 +141,7 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--top-k", type=int, default=-1)
     g.add_argument("--top-p", type=float, default=1.0)
     g.add_argument("--max-tokens", type=int, default=16)
+    g.set_defaults(handler=cmd_generate)
 
     s = sub.add_parser("score", help="score one completion with a reward function")
     s.add_argument("--reward", default="127.0.0.1:50052")
@@ -169,13 +149,14 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--prompt", default="")
     s.add_argument("--completion", required=True)
     s.add_argument("--reference", default="")
+    s.set_defaults(handler=cmd_score)
 
     for name, module, text in [("warmstart", "demo", "supervised warm-start of the demo model (cached)"),
                                ("eval", "demo", "greedy held-out accuracy of a demo model")]:
         sp = sub.add_parser(name, help=text, add_help=False)
         sp.set_defaults(passthrough=(module, [name]))
     rm = sub.add_parser("rm", help="reward models: brorl rm train ...", add_help=False)
-    rm.set_defaults(passthrough=("services.reward.rm_train", []))
+    rm.set_defaults(passthrough=("services.reward.training.rm_train", []))
     return p
 
 
@@ -198,17 +179,8 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"unrecognized arguments: {' '.join(rest)}")
     # SIGTERM stops like Ctrl-C, so a launched cluster is torn down by its context manager.
     signal.signal(signal.SIGTERM, _interrupt)
-    handlers = {"demo": "brorl.demo_cmd", "sweep": "brorl.sweep_cmd", "cluster": cmd_cluster, "run": cmd_run, "generate": cmd_generate,
-                "score": cmd_score}
-    handler = handlers[args.command]
     try:
-        if handler == "brorl.demo_cmd":
-            from brorl.demo_cmd import run_demo
-            return run_demo(args)
-        if handler == "brorl.sweep_cmd":
-            from brorl.sweep_cmd import run_sweep
-            return run_sweep(args)
-        return handler(args)
+        return args.handler(args)
     except BrorlError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

@@ -1,4 +1,4 @@
-"""Service side of the code sandbox: starts the fork-server (sandbox_runner.py), feeds it jobs, collects answers.
+"""Service side of the code sandbox: starts the fork-server (runner.py), feeds it jobs, collects answers.
 
 The fork-server is a separate, single-threaded ``python -I -S`` process started with an empty
 environment, so nothing of the service (secrets in its environment, gRPC threads) reaches a job. One
@@ -20,7 +20,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 log = logging.getLogger(__name__)
-RUNNER = Path(__file__).with_name("sandbox_runner.py")
+RUNNER = Path(__file__).with_name("runner.py")   # started by file path, never imported
 START_TIMEOUT_S = 20.0
 
 

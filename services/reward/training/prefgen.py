@@ -1,6 +1,6 @@
 """Generate a pairwise preference set of worked arithmetic: "12+35=" → chosen "47", rejected a wrong sum.
 
-    python -m services.reward.prefgen --out prefs.jsonl --n 20000 [--seed 0] [--digits 2]
+    python -m services.reward.training.prefgen --out prefs.jsonl --n 20000 [--seed 0] [--digits 2]
 
 Each line is ``{"prompt", "chosen", "rejected", "kind"}``. Most wrong sums are near misses, so a reward
 model has to check the arithmetic rather than the size of the number: ``units`` (last digit wrong, 25%),
@@ -64,7 +64,8 @@ def write_jsonl(pairs: list[dict], path: str | Path) -> Path:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m services.reward.prefgen", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m services.reward.training.prefgen",
+                                     description=__doc__.split("\n")[0])
     parser.add_argument("--out", required=True, help="JSONL file to write")
     parser.add_argument("--n", type=int, default=20000, help="number of pairs")
     parser.add_argument("--seed", type=int, default=0)

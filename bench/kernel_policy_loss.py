@@ -1,6 +1,6 @@
 """Benchmark clipped_policy_loss: Triton vs the torch reference vs torch.compile(reference).
 
-    python -m kernels.bench.bench_policy_loss [--quick] [--no-compile] [--json out.json]
+    python -m bench.kernel_policy_loss [--quick] [--no-compile] [--json out.json]
 
 Cases cover the plain clipped surrogate and the full variant (k3 KL to a reference policy
 and a truncated importance weight), forward and forward+backward.
@@ -13,7 +13,7 @@ import sys
 import torch
 
 from kernels import clipped_policy_loss, clipped_policy_loss_reference
-from kernels.bench import common
+from bench import kernel_common as common
 
 MODES = ("fwd", "fwd+bwd")
 

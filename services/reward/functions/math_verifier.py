@@ -15,6 +15,7 @@ from fractions import Fraction
 from functools import lru_cache
 
 from services.reward.base import Score, ScoreItem
+from services.reward.config import BUILTIN_FUNCTIONS
 
 _INT = re.compile(r"^[-+]?\d+$")
 _ANSWER_IS = re.compile(r"answer\s*(?:is|:)\s*:?\s*", re.IGNORECASE)
@@ -246,8 +247,7 @@ def _expr_equal(x, y, rel_tol: float) -> bool:
 
 class MathAnswer:
     name = "math_answer"
-    description = ("1 if the completion's final answer (\\boxed{}, 'the answer is', or last number) equals the "
-                   "reference numerically or symbolically, else 0.")
+    description = BUILTIN_FUNCTIONS["math_answer"].description
 
     def __init__(self, name: str = "math_answer", rel_tol: float = 1e-6, symbolic: bool = True):
         self.name, self.rel_tol, self.symbolic = name, rel_tol, symbolic
@@ -266,8 +266,7 @@ class MathAnswer:
 
 class ExactMatch:
     name = "exact_match"
-    description = ("1 if the completion is exactly the reference string (surrounding whitespace ignored), else 0: "
-                   "'098' does not match '98', unlike math_answer.")
+    description = BUILTIN_FUNCTIONS["exact_match"].description
 
     def __init__(self, name: str = "exact_match", strip: bool = True):
         self.name, self.strip = name, strip
@@ -280,7 +279,7 @@ class ExactMatch:
 
 class FormatReward:
     name = "format"
-    description = "1 if the completion is a single bare number (optionally \\boxed{}), else 0; no reference needed."
+    description = BUILTIN_FUNCTIONS["format"].description
 
     _PATTERN = re.compile(r"^\s*(\\boxed\{[-+]?\d[\d,./]*\}|[-+]?\d[\d,./]*)\s*$")
 

@@ -1,12 +1,12 @@
 """Train a sequence-scoring reward model on pairwise preferences (Bradley–Terry loss with a margin).
 
-    python -m services.reward.rm_train --data prefs.jsonl --out runs/rm [--backbone DIR] [--max-seconds 300]
-    python -m services.reward.rm_train --generate 20000 --data prefs.jsonl --out runs/rm   # make the set first
+    python -m services.reward.training.rm_train --data prefs.jsonl --out runs/rm [--backbone DIR] [--max-seconds 300]
+    python -m services.reward.training.rm_train --generate 20000 --data prefs.jsonl --out runs/rm   # make the set first
 
 Input: JSONL lines ``{"prompt", "chosen", "rejected"}``. 10% of the prompts (all their pairs) are held
 out for validation. Model: a transformers backbone with a scalar head
 (``AutoModelForSequenceClassification``, num_labels=1, scored at the last token); without
-``--backbone`` a tiny char-level Qwen2 is built from scratch (demo/model.py's tokenizer). Loss:
+``--backbone`` a tiny char-level Qwen2 is built from scratch (its vocabulary: the data's characters). Loss:
 ``-log sigmoid(s_chosen - s_rejected - margin)`` plus a small penalty on the scores' size so they stay
 centred. Reports (one JSON object on stdout, also saved in DIR/brorl_rm.json): validation pairwise
 accuracy, calibration (ECE of sigmoid(score difference), 10 bins), steps, seconds. DIR is loadable with
@@ -19,21 +19,13 @@ import json
 import logging
 import math
 import random
-import re
 import sys
 import time
 from pathlib import Path
 
+from services.reward.functions.rm_format import META_FILE, encode, fill_template
+
 log = logging.getLogger("brorl.rm_train")
-META_FILE = "brorl_rm.json"
-
-
-_SLOT = re.compile(r"\{(prompt|completion)\}")
-
-
-def fill_template(template: str, prompt: str, completion: str) -> str:
-    """``{prompt}`` and ``{completion}`` filled in one pass (other braces are left alone)."""
-    return _SLOT.sub(lambda m: prompt if m.group(1) == "prompt" else completion, template)
 
 
 def load_pairs(path: str | Path) -> list[dict]:
@@ -80,7 +72,28 @@ def pair_metrics(diffs: list[float], bins: int = 10) -> dict:
     return {"accuracy": sum(correct) / n, "ece": ece, "mean_diff": sum(diffs) / n}
 
 
-def build_model(backbone: str | None, hidden: int, layers: int, seed: int, heads: int = 4):
+CHAR_SPECIALS = ["<pad>", "<bos>", "<eos>", "<unk>"]
+
+
+def char_tokenizer(texts: list[str]):
+    """A character-level tokenizer over every character of ``texts`` (ids 0..3 special): what a
+    from-scratch backbone needs, whatever language the preference data is in."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    chars = sorted({c for t in texts for c in t} - set("".join(CHAR_SPECIALS)) | set(" "))
+    vocab = {tok: i for i, tok in enumerate(CHAR_SPECIALS + chars)}
+    tok = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
+    tok.pre_tokenizer = pre_tokenizers.Split(pattern="", behavior="isolated")  # one char, one token
+    tok.decoder = decoders.Fuse()
+    return PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<bos>", eos_token="<eos>",
+                                   pad_token="<pad>", unk_token="<unk>",
+                                   clean_up_tokenization_spaces=False)
+
+
+def build_model(backbone: str | None, hidden: int, layers: int, seed: int, heads: int = 4,
+                texts: list[str] = ()):
+    """A backbone from ``backbone``, or a tiny Qwen2 from scratch over the characters of ``texts``."""
     import torch
     from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
@@ -89,13 +102,8 @@ def build_model(backbone: str | None, hidden: int, layers: int, seed: int, heads
         tok = AutoTokenizer.from_pretrained(backbone)
         model = AutoModelForSequenceClassification.from_pretrained(backbone, num_labels=1)
     else:
-        try:   # the demo's char-level vocabulary (digits, + - * = ( ) space)
-            from demo.model import build_tokenizer
-        except ImportError:   # started from elsewhere (e.g. the brorl CLI): demo/ lives in the repository root
-            sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-            from demo.model import build_tokenizer
         from transformers import Qwen2Config, Qwen2ForSequenceClassification
-        tok = build_tokenizer()
+        tok = char_tokenizer(list(texts))
         config = Qwen2Config(vocab_size=len(tok), hidden_size=hidden, num_hidden_layers=layers,
                              num_attention_heads=heads, num_key_value_heads=max(1, heads // 2),
                              intermediate_size=hidden * 3,
@@ -106,26 +114,6 @@ def build_model(backbone: str | None, hidden: int, layers: int, seed: int, heads
         tok.pad_token = tok.eos_token or tok.unk_token
     model.config.pad_token_id = tok.pad_token_id
     return model, tok
-
-
-def encode(tok, texts: list[str], max_length: int, append_eos: bool):
-    """Right-padded (input_ids, attention_mask): [BOS] text [EOS]; long texts keep their tail (the answer).
-
-    BOS gives attention a place to rest; the score is read at EOS, after the whole answer."""
-    import torch
-    bos = [tok.bos_token_id] if tok.bos_token_id is not None else []
-    eos = [tok.eos_token_id] if append_eos and tok.eos_token_id is not None else []
-    rows = []
-    for ids in tok(texts, add_special_tokens=False)["input_ids"]:
-        ids = ids + eos
-        rows.append(bos + ids[-(max_length - len(bos)):] or [tok.pad_token_id])
-    width = max(len(r) for r in rows)
-    input_ids = torch.full((len(rows), width), tok.pad_token_id, dtype=torch.long)   # (B, T)
-    mask = torch.zeros((len(rows), width), dtype=torch.long)
-    for i, r in enumerate(rows):
-        input_ids[i, :len(r)] = torch.tensor(r)
-        mask[i, :len(r)] = 1
-    return input_ids, mask
 
 
 def score_texts(model, tok, texts: list[str], max_length: int, append_eos: bool, batch_size: int = 256) -> list[float]:
@@ -157,8 +145,9 @@ def train(args) -> dict:
     start = time.monotonic()
     pairs = load_pairs(args.data)
     train_pairs, val_pairs = split_pairs(pairs, args.val_fraction, args.seed)
-    model, tok = build_model(args.backbone, args.hidden, args.layers, args.seed, args.heads)
     template, eos = args.template, not args.no_eos
+    texts = [fill_template(template, p["prompt"], p[side]) for p in pairs for side in ("chosen", "rejected")]
+    model, tok = build_model(args.backbone, args.hidden, args.layers, args.seed, args.heads, texts)
     opt = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=0.01)
     total_steps = args.steps or 10**9
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min(1.0, (s + 1) / args.warmup))
@@ -209,7 +198,7 @@ def train(args) -> dict:
 
 
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m services.reward.rm_train", description=__doc__.split("\n")[0])
+    p = argparse.ArgumentParser(prog="python -m services.reward.training.rm_train", description=__doc__.split("\n")[0])
     p.add_argument("--data", required=True, help="preference JSONL (prompt, chosen, rejected)")
     p.add_argument("--out", required=True, help="directory to save the reward model in")
     p.add_argument("--generate", type=int, default=0, help="first write this many arithmetic pairs to --data")
@@ -240,7 +229,7 @@ def main(argv=None) -> int:
     args = parser().parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     if args.generate:
-        from services.reward.prefgen import generate, write_jsonl
+        from services.reward.training.prefgen import generate, write_jsonl
         write_jsonl(generate(args.generate, args.seed), args.data)
     try:
         metrics = train(args)

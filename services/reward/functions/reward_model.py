@@ -1,6 +1,6 @@
 """Serve a trained reward model by name: batched forward passes of a sequence-scoring transformers model.
 
-The directory is one written by ``python -m services.reward.rm_train`` (or any
+The directory is one written by ``python -m services.reward.training.rm_train`` (or any
 ``AutoModelForSequenceClassification`` with one label). Its ``brorl_rm.json``, when present, supplies
 the template and whether EOS is appended, so serving formats text exactly as training did.
 reward = scale * (raw score - offset); the raw score is also returned as component ``rm_raw``.
@@ -15,7 +15,7 @@ from pathlib import Path
 from brorl.errors import InvalidArgument
 from services.reward.base import Score, ScoreItem
 from services.reward.config import RewardModelSpec
-from services.reward.rm_train import META_FILE, encode, fill_template
+from services.reward.functions.rm_format import META_FILE, encode, fill_template
 
 log = logging.getLogger(__name__)
 
@@ -26,7 +26,7 @@ class RewardModel:
         path = Path(spec.path)
         if not (path / "config.json").is_file():
             raise InvalidArgument(f"functions.{name}.path", f"{path} holds no model (no config.json); train one "
-                                                            "with python -m services.reward.rm_train")
+                                                            "with python -m services.reward.training.rm_train")
         meta = json.loads((path / META_FILE).read_text()) if (path / META_FILE).is_file() else {}
         default = spec.template == "{prompt}{completion}"   # a template set in config wins over the trained one
         self.template = meta.get("template", spec.template) if default else spec.template

@@ -6,57 +6,45 @@ For every (regime, N, seed) it runs RL from the same warm-start, evaluates held-
 accuracy at a few points of the run (the published weight versions), and collects from the
 run's metrics: samples/s, gradient-norm mean and spread, advantage spread, EUR. It writes
 ``docs/sweep/results.json``, ``docs/sweep/table.md`` and plots (``docs/sweep/*.png``).
+
+Warm-start, prompt set, cluster and the base run config follow the recipe shared with
+``brorl demo`` (brorl/apps/recipe.py): configs/sweep.yaml names configs/demo.yaml as its base.
 """
 from __future__ import annotations
 
 import json
 import os
 import statistics
-import subprocess
-import sys
 import time
 from pathlib import Path
 
-import yaml
-from pydantic import Field, field_validator
+from pydantic import Field
 
-from brorl.config import StrictModel, deep_merge, load_config, validate
-from brorl.demo_cmd import prepare_demo_inputs
-from brorl.launcher import REPO_ROOT, Cluster, ClusterSpec
-from brorl.runconfig import RunConfig
+from brorl.apps import recipe
+from brorl.apps.launcher import REPO_ROOT, Cluster
+from brorl.apps.progress import watch_run
+from brorl.client import LearnerClient
 
 
-class SweepConfig(StrictModel):
+class SweepConfig(recipe.RecipeConfig):
+    """configs/sweep.yaml: the recipe (from its base, configs/demo.yaml) and what the sweep varies."""
+
     ns: list[int] = Field([16, 64, 256, 512], description="Group sizes N compared.")
     seeds: list[int] = Field([0, 1, 2], description="Seeds (learner seed and prompt order).")
     equal_steps: int = Field(30, ge=1, description="Learner steps of every run in the equal-steps regime.")
     sample_budget: int = Field(15360, ge=16, description="Paths sampled for the updates of a run in the equal-samples regime (steps = budget / (N x groups_per_step)).")
-    eval_problems: int = Field(200, ge=50, description="Held-out problems per evaluation.")
     eval_points: int = Field(3, ge=1, description="Evaluations per run, evenly spaced over its steps.")
-    workers: int = Field(2, ge=1)
-    threads_per_process: int = Field(1, ge=0)
-    train_problems: int = Field(20000, ge=100)
-    warmstart: list[str] = Field(default_factory=list)
-
-    @field_validator("warmstart", mode="before")
-    @classmethod
-    def _flags_as_text(cls, value):
-        # `warmstart=[--steps,150]` on the command line parses 150 as a number
-        return [str(v) for v in value] if isinstance(value, list) else value
-    rollout: dict = Field(default_factory=dict)
-    run: dict = Field(default_factory=dict, description="Base RunConfig; n, steps and seeds are set per run.")
     out: str = Field("docs/sweep", description="Where results, table and plots go (relative to the repo).")
 
 
 def add_arguments(p) -> None:
-    p.add_argument("--config", default=str(REPO_ROOT / "configs" / "sweep.yaml"))
-    p.add_argument("--workdir", default=str(REPO_ROOT / ".cache" / "sweep"))
-    p.add_argument("--redis-url", default="redis://127.0.0.1:6379/0")
-    p.add_argument("--base-port", type=int, default=50160)
-    p.add_argument("overrides", nargs="*", help="sweep config overrides, e.g. ns=[16,64] seeds=[0]")
+    recipe.add_arguments(p, recipe.CONFIGS / "sweep.yaml", REPO_ROOT / ".cache" / "sweep",
+                         "sweep config overrides, e.g. ns=[16,64] seeds=[0]")
+    p.add_argument("--base-port", type=int, default=50160, help="reward: this port, learner: +1, rollout worker i: +10+i")
 
 
 def plan(cfg: SweepConfig) -> list[dict]:
+    """Every (regime, N, seed) run with its learner steps, in the order they run."""
     per_step = int(cfg.run.get("train", {}).get("groups_per_step", 1))  # prompts per update
     runs = []
     for regime in ("equal_steps", "equal_samples"):
@@ -68,17 +56,18 @@ def plan(cfg: SweepConfig) -> list[dict]:
 
 
 def eval_versions(weights: Path, tokenizer: Path, versions: list[int], n: int) -> dict[int, float]:
+    """Held-out greedy accuracy of published weight versions (``python -m demo.eval_many``)."""
     dirs = [str(weights / f"v{v:08d}") for v in versions]
-    out = subprocess.run([sys.executable, "-m", "demo.eval_many", "--tokenizer", str(tokenizer), "--n", str(n), *dirs],
-                         cwd=REPO_ROOT, capture_output=True, text=True, check=True)
+    out = recipe.python_module("demo.eval_many", "--tokenizer", str(tokenizer), "--n", str(n), *dirs, capture=True)
     acc = {}
-    for line in out.stdout.splitlines():
+    for line in out.splitlines():
         row = json.loads(line)
         acc[int(Path(row["model"]).name[1:])] = row["accuracy"]
     return acc
 
 
 def summarize(run: dict, metrics: list[dict]) -> dict:
+    """One row of the report from a run's metrics.jsonl."""
     steps = [m for m in metrics if "learner/loss" in m]
     grad = [m["learner/grad_norm"] for m in steps]
     adv = [m.get("learner/adv_std", 0.0) for m in steps]
@@ -91,50 +80,49 @@ def summarize(run: dict, metrics: list[dict]) -> dict:
             "eur_mean": statistics.fmean(m.get("explore/eur", 0.0) for m in steps) if steps else 0.0}
 
 
+def per_run_config(run: dict) -> dict:
+    """What one (regime, N, seed) run sets over the recipe's run config."""
+    return {"data": {"shuffle_seed": run["seed"]}, "sampling": {"n": run["n"]},
+            "train": {"steps": run["steps"], "seed": run["seed"]}, "async": {"publish_every": 1}}
+
+
 def run_sweep(args) -> int:
-    from brorl.client import LearnerClient
-    cfg = load_config(SweepConfig, args.config, args.overrides, env_prefix=None)
+    cfg = recipe.load_recipe(SweepConfig, args.config, args.overrides)
     work = Path(args.workdir).resolve()
     out = (REPO_ROOT / cfg.out).resolve()
     out.mkdir(parents=True, exist_ok=True)
-    model, train_data, base_acc = prepare_demo_inputs(work, cfg.warmstart, cfg.train_problems, cfg.eval_problems)
+    inputs = recipe.prepare_inputs(cfg, work)
     runs = plan(cfg)
-    print(f"sweep: {len(runs)} runs (N in {cfg.ns}, seeds {cfg.seeds}); warm-start accuracy {base_acc:.1%}")
-    spec = ClusterSpec(model=str(model), workdir=work, rollout_workers=cfg.workers, redis_url=args.redis_url,
-                       reward_port=args.base_port, learner_port=args.base_port + 1, rollout_base_port=args.base_port + 10,
-                       rollout_overrides=cfg.rollout, threads_per_process=cfg.threads_per_process,
-                       learner_overrides={"keep_weight_versions": 100_000}, namespace=f"sweep-{os.getpid()}")
+    print(f"sweep: {len(runs)} runs (N in {cfg.ns}, seeds {cfg.seeds}); warm-start accuracy {inputs.accuracy:.1%}")
+    spec = recipe.cluster_spec(cfg, inputs, work, redis_url=args.redis_url, reward_port=args.base_port,
+                               learner_port=args.base_port + 1, rollout_base_port=args.base_port + 10,
+                               learner_overrides={"keep_weight_versions": 100_000}, namespace=f"sweep-{os.getpid()}")
     results = []
     started = time.time()
     stamp = time.strftime("%Y%m%d-%H%M%S")
     with Cluster(spec) as cluster:
         client = LearnerClient(cluster.learner_address)
         for i, run in enumerate(runs):
-            run_cfg = deep_merge(cfg.run, {"model": str(model), "data": {"train_path": str(train_data), "shuffle_seed": run["seed"]},
-                                           "sampling": {"n": run["n"]},
-                                           "train": {"steps": run["steps"], "seed": run["seed"]},
-                                           "async": {"publish_every": 1}})
-            rc: RunConfig = validate(RunConfig, run_cfg)
+            rc = recipe.build_run_config(cfg, inputs, per_run_config(run))
             run_id = f"sweep-{stamp}-{run['regime']}-n{run['n']}-s{run['seed']}"
-            info = client.start(yaml.safe_dump(json.loads(rc.model_dump_json(by_alias=True))), run_id=run_id)
-            for _ in client.watch(info.run_id):
-                pass
-            final = client.get(info.run_id)
-            if final.state != "finished":
-                raise SystemExit(f"{run_id} {final.state}: {final.message}")
-            run_dir = Path(final.run_dir)
+            info = client.start(recipe.run_config_yaml(rc), run_id=run_id)
+            final = watch_run(client, info.run_id, info.total_steps, quiet=True)
+            if final["state"] != "finished":
+                raise SystemExit(f"{run_id} {final['state']}: {final['message']}")
+            run_dir = Path(final["run_dir"])
             metrics = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
             points = sorted({max(1, round(run["steps"] * (k + 1) / cfg.eval_points)) for k in range(cfg.eval_points)})
-            acc = eval_versions(run_dir / "weights", model, points, cfg.eval_problems)
+            acc = eval_versions(run_dir / "weights", inputs.model, points, cfg.eval_problems)
             row = summarize(run, metrics)
-            per_step = run_cfg["train"].get("groups_per_step", 1) * run["n"]
+            per_step = rc.train.groups_per_step * run["n"]
             row["accuracy_curve"] = [{"step": s, "samples": s * per_step, "accuracy": acc[s]} for s in points]
             row["accuracy_final"] = acc[points[-1]]
             results.append(row)
             print(f"[{i + 1}/{len(runs)}] {run['regime']:13s} N={run['n']:4d} seed={run['seed']} steps={run['steps']:4d} "
                   f"acc={row['accuracy_final']:.1%} samples/s={row['samples_per_s']:.0f} "
                   f"({(time.time() - started) / 60:.1f} min)", flush=True)
-    report = {"config": cfg.model_dump(), "warmstart_accuracy": base_acc, "runs": results,
+        client.close()
+    report = {"config": cfg.model_dump(), "warmstart_accuracy": inputs.accuracy, "runs": results,
               "wall_minutes": (time.time() - started) / 60,
               "command": "brorl sweep " + " ".join(args.overrides)}
     (out / "results.json").write_text(json.dumps(report, indent=1))

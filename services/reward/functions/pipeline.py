@@ -18,7 +18,7 @@ import re
 
 from services.reward.base import Score, ScoreItem
 from services.reward.config import PipelineSpec
-from services.reward.text_rewards import _phrase_pattern
+from services.reward.functions.text_rewards import _phrase_pattern
 
 
 class Pipeline:

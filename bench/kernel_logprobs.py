@@ -1,6 +1,6 @@
 """Benchmark token_logprobs_entropy: Triton vs the torch reference vs torch.compile(reference).
 
-    python -m kernels.bench.bench_logprobs [--quick] [--no-compile] [--json out.json]
+    python -m bench.kernel_logprobs [--quick] [--no-compile] [--json out.json]
 
 Providers: ``triton`` (the kernel), ``torch`` (reference: full log_softmax, autograd),
 ``compile`` (torch.compile of the reference), ``torch-chunked`` (the CPU path run on
@@ -15,7 +15,7 @@ import sys
 import torch
 
 from kernels import token_logprobs_entropy, token_logprobs_entropy_reference
-from kernels.bench import common
+from bench import kernel_common as common
 
 MODES = ("fwd", "fwd+bwd")
 

@@ -17,7 +17,7 @@ import threading
 from collections import Counter
 
 from services.reward.base import Score, ScoreItem
-from services.reward.config import DiversitySpec, RelevanceSpec, SafetySpec
+from services.reward.config import BUILTIN_FUNCTIONS, DiversitySpec, RelevanceSpec, SafetySpec
 
 DEFAULT_SENSITIVE = ["kill yourself", "make a bomb", "build a bomb", "credit card number", "social security number",
                      "nerve agent", "child pornography"]
@@ -51,7 +51,7 @@ def cosine(a: Counter, b: Counter) -> float:
 
 
 class Relevance:
-    description = "Cosine similarity of prompt and completion (local embedding model, else char n-gram bags)."
+    description = BUILTIN_FUNCTIONS["relevance"].description
 
     def __init__(self, name: str = "relevance", spec: RelevanceSpec | None = None):
         self.name, self.spec = name, spec or RelevanceSpec()
@@ -98,7 +98,7 @@ class Relevance:
 
 
 class Safety:
-    description = "1 - lexicon toxicity; 0 when a sensitive word or phrase appears (word lists, not a classifier)."
+    description = BUILTIN_FUNCTIONS["safety"].description
 
     def __init__(self, name: str = "safety", spec: SafetySpec | None = None):
         self.name, self.spec = name, spec or SafetySpec()
@@ -144,7 +144,7 @@ def ngram_entropy(text: str, n: int, unit: str = "word") -> tuple[float, float, 
 
 
 class Diversity:
-    description = "Normalised n-gram entropy of the completion (1: no repetition, ~0: degenerate repetition)."
+    description = BUILTIN_FUNCTIONS["diversity"].description
 
     def __init__(self, name: str = "diversity", spec: DiversitySpec | None = None):
         self.name, self.spec = name, spec or DiversitySpec()

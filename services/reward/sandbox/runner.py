@@ -1,9 +1,9 @@
-"""Sandbox fork-server: ``python3 -I -S sandbox_runner.py``, talking JSON lines on stdin/stdout.
+"""Sandbox fork-server: ``python3 -I -S runner.py``, talking JSON lines on stdin/stdout.
 
 First line in: the settings (root dir, limits, concurrency, isolation, uid base). Then one job per
 line: ``{"id", "code", "setup", "tests"}``; one answer per line comes back, in completion order:
 ``{"id", "exit", "signal", "wall_s", "cpu_s", "killed", "lines"}`` where ``lines`` are the harness
-reports. The service decides what they mean (services/reward/code_reward.py).
+reports. The service decides what they mean (services/reward/functions/code_reward.py).
 
 Isolation "namespaces" (root): the server unshares mount, network and pid namespaces and becomes pid 1
 of the new pid namespace; the whole filesystem is remounted read-only, a size-limited tmpfs holds the
@@ -12,7 +12,7 @@ Each job runs in a forked child: own session/process group, rlimits (CPU, addres
 processes, open files, no core), no_new_privs, its own uid/gid from a block of unused ids (so the
 process limit counts only that job and it cannot signal or read anything of ours), an empty
 environment, cwd = a private 0700 directory. After a job, every process left with its uid is killed.
-Isolation "guard" (not root): rlimits, process group and an audit-hook guard (see sandbox_harness.py).
+Isolation "guard" (not root): rlimits, process group and an audit-hook guard (see harness.py).
 Standard library only; nothing of the service (and none of its environment) is loaded here.
 """
 from __future__ import annotations
@@ -30,7 +30,7 @@ import time
 from collections import deque
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import sandbox_harness  # noqa: E402
+import harness  # noqa: E402  (harness.py beside this file, not a package import)
 
 CLONE_NEWNS, CLONE_NEWPID, CLONE_NEWNET = 0x00020000, 0x20000000, 0x40000000
 MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_REMOUNT = 1, 2, 4, 8, 32
@@ -262,8 +262,8 @@ class Runner:
             os.environ.update(JOB_ENV, HOME=job.path, TMPDIR=job.path)
             os.umask(0o077)
             if not self.namespaces:
-                sandbox_harness.install_guard(job.path)
-            sandbox_harness.run(job.req, wfd)
+                harness.install_guard(job.path)
+            harness.run(job.req, wfd)
         except BaseException:  # noqa: BLE001 - nothing may escape into the server's loop
             os._exit(70)
         os._exit(0)

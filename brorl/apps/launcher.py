@@ -23,7 +23,7 @@ from brorl.rpc import wait_serving
 
 log = logging.getLogger(__name__)
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
+REPO_ROOT = Path(__file__).resolve().parents[2]
 SERVICE_MODULES = {"reward": "services.reward", "rollout": "services.rollout", "learner": "services.learner"}
 
 

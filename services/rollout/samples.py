@@ -1,4 +1,5 @@
-"""Turn engine samples into protobuf paths and validate sampling requests (no gRPC, no vLLM)."""
+"""Engine samples → protobuf paths, and the check of a client's sampling request (no gRPC, no
+vLLM). What the request's fields mean for the engine is ``brorl.sampling``'s to say."""
 from __future__ import annotations
 
 from brorl.errors import InvalidArgument
@@ -20,13 +21,6 @@ def validate_sampling(s: common_pb2.SamplingParams, max_n: int, field: str = "sa
         raise InvalidArgument(f"{field}.top_k", f"must be -1 (off), 0 (off) or positive, got {s.top_k}")
     if s.max_tokens < 0:
         raise InvalidArgument(f"{field}.max_tokens", f"must be positive, got {s.max_tokens}")
-
-
-def engine_kwargs(s: common_pb2.SamplingParams) -> dict:
-    """SamplingParams → RolloutEngine.generate keyword arguments (proto3 zeros mean 'default')."""
-    return dict(n=s.n, temperature=s.temperature, top_k=s.top_k if s.top_k > 0 else -1,
-                top_p=s.top_p if s.top_p > 0 else 1.0, max_tokens=s.max_tokens or 16,
-                seed=s.seed or None, stop=list(s.stop) or None)
 
 
 def to_paths(samples, *, group_id: str, prompt_id: str, version: int,

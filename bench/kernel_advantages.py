@@ -1,6 +1,6 @@
 """Benchmark group_advantages: Triton vs the torch reference vs torch.compile(reference).
 
-    python -m kernels.bench.bench_advantages [--quick] [--no-compile] [--json out.json]
+    python -m bench.kernel_advantages [--quick] [--no-compile] [--json out.json]
 
 Wide groups are BroRL's regime: P prompts x G paths with G in 256..1024 (and beyond).
 """
@@ -12,7 +12,7 @@ import sys
 import torch
 
 from kernels import group_advantages, group_advantages_reference
-from kernels.bench import common
+from bench import kernel_common as common
 
 MODES = ("fwd",)
 

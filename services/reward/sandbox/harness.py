@@ -1,6 +1,6 @@
 """Runs inside a sandboxed job process: compile the completion, run it, run each test, report as JSON lines.
 
-Standard library only (loaded by sandbox_runner.py under ``python -I -S``). Also holds the guard used
+Standard library only (loaded by runner.py under ``python -I -S``). Also holds the guard used
 when kernel isolation is unavailable: an audit hook that refuses network, writes outside the job
 directory, other processes' /proc, signals, ctypes and starting programs. The guard is best effort —
 C code can get past it — which is why the namespace mode is the default whenever the service is root.

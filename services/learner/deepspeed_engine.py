@@ -1,4 +1,5 @@
-"""DeepSpeed, and only here: its JSON is built from the learner config, never hand-edited.
+"""The DeepSpeed engine, and the only import of deepspeed: its JSON is built from the learner
+config, never hand-edited.
 
 On CPU the accelerator is selected with DS_ACCELERATOR=cpu before deepspeed is imported, and a
 single learner process initialises a one-rank gloo group itself (no launcher needed); under

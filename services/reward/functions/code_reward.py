@@ -1,4 +1,4 @@
-"""Code reward: run a completion against unit tests in the sandbox (sandbox.py / sandbox_runner.py).
+"""Code reward: run a completion against unit tests in the sandbox (sandbox/pool.py / sandbox/runner.py).
 
 Reference format (the ``reference`` field of a ScoreRequest):
   * a JSON object ``{"tests": ["assert f(1) == 2", ...], "setup": "import math"}`` — each test is a
@@ -22,8 +22,8 @@ import re
 import signal
 
 from services.reward.base import Score, ScoreItem
-from services.reward.config import CodeSpec
-from services.reward.sandbox import SandboxPool, SandboxSettings
+from services.reward.config import BUILTIN_FUNCTIONS, CodeSpec
+from services.reward.sandbox.pool import SandboxPool, SandboxSettings
 
 _FENCE = re.compile(r"```[ \t]*(?:python3?|py)?[ \t]*\n(.*?)```", re.DOTALL | re.IGNORECASE)
 _NETWORK_ERRNOS = {errno.ENETUNREACH, errno.ENETDOWN, errno.EHOSTUNREACH, errno.EADDRNOTAVAIL,
@@ -161,8 +161,7 @@ def interpret(answer: dict, n_tests: int, spec: CodeSpec) -> Score:
 
 
 class CodeReward:
-    description = ("Runs the completion's Python code against the reference's unit tests in a sandbox "
-                   "(binary / partial / shaped rewards).")
+    description = BUILTIN_FUNCTIONS["code"].description
 
     def __init__(self, name: str = "code", spec: CodeSpec | None = None):
         self.name = name

@@ -1,1 +1,0 @@
-"""GPU benchmarks of the kernels (triton.testing): see README.md in this folder."""

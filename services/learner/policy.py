@@ -1,0 +1,81 @@
+"""The policy being trained: the model in its DeepSpeed engine, the optional frozen reference
+model, and the one update a step makes from scored groups (pure math in batch.py/losses.py)."""
+from __future__ import annotations
+
+import logging
+from collections import Counter
+from pathlib import Path
+
+import torch
+
+from brorl.runconfig import TrainConfig
+from services.learner import deepspeed_engine
+from services.learner.batch import advantages_of, build_batch
+from services.learner.losses import policy_loss
+from services.learner.publish import export_final
+
+log = logging.getLogger(__name__)
+
+
+class Policy:
+    def __init__(self, model_dir: str, train: TrainConfig, zero_stage: int = 0):
+        from transformers import AutoModelForCausalLM
+        torch.manual_seed(train.seed)
+        self.model_dir, self.train = model_dir, train
+        model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
+        # padding positions are masked out; any in-vocabulary id does
+        ids = (model.config.pad_token_id, model.config.eos_token_id)
+        self.pad_id = next((i for i in ids if isinstance(i, int)), 0)
+        self.ref_model = None
+        if train.kl_coef > 0:
+            self.ref_model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
+            self.ref_model.eval().requires_grad_(False)
+        self.engine = deepspeed_engine.build_engine(model, train, zero_stage)
+
+    @property
+    def model(self):
+        return self.engine.module
+
+    def update(self, groups) -> dict[str, float]:
+        """One optimizer step over ``groups``, in micro-batches whose gradients accumulate
+        (token mean over the whole step); returns the step's learner/* statistics."""
+        train = self.train
+        batch = build_batch(groups, advantages_of(groups, train.normalize_std), self.pad_id)
+        total_tokens = max(batch.tokens, 1)
+        sums: Counter = Counter()
+        self.engine.train()
+        starts = list(range(0, len(batch), train.micro_batch_paths))
+        for i, start in enumerate(starts):
+            micro = batch.slice(start, start + train.micro_batch_paths)
+            loss, stats = policy_loss(self.engine, micro, train, self.ref_model)
+            weight = micro.tokens / total_tokens
+            last = i == len(starts) - 1
+            self.engine.set_gradient_accumulation_boundary(last)
+            self.engine.backward(loss * weight)
+            if last:
+                sums["learner/grad_norm"] = deepspeed_engine.grad_norm(self.engine)
+            self.engine.step()
+            sums["learner/loss"] += float(loss.detach()) * weight
+            for k, v in stats.items():
+                sums[f"learner/{k}"] += v * weight
+        rewards = [p.reward for g in groups for p in g.paths]
+        sums.update({
+            "learner/reward_mean": sum(rewards) / len(rewards),
+            "learner/paths": len(batch), "learner/tokens": batch.tokens,
+            "learner/adv_std": float(batch.advantages.std()) if len(batch) > 1 else 0.0,
+            "learner/nonzero_paths": float(((batch.advantages != 0) & (batch.weight > 0)).sum()),
+        })
+        return dict(sums)
+
+    def save_weights(self, directory: Path) -> None:
+        """The policy's weights in Hugging Face format (safetensors; tied embeddings once)."""
+        self.model.save_pretrained(directory, safe_serialization=True)
+
+    def export(self, out: Path) -> Path:
+        return export_final(self.model, self.model_dir, out)
+
+    def save_checkpoint(self, directory: str, tag: str, client_state: dict) -> None:
+        deepspeed_engine.save_checkpoint(self.engine, directory, tag, client_state)
+
+    def load_checkpoint(self, directory: str) -> dict:
+        return deepspeed_engine.load_checkpoint(self.engine, directory)

@@ -1,0 +1,94 @@
+"""In-memory stand-ins for brorl.queue's StreamQueue / RunChannels / RunRegistry, for unit
+tests of the loops that are about their own rules (the Redis path is covered by
+tests/unit/test_queue.py and the e2e tests). Same at-least-once semantics: an entry read and
+not acked stays pending and comes back from ``take_over``."""
+from __future__ import annotations
+
+import itertools
+from typing import Callable
+
+from brorl.queue import Delivery
+from brorl.v1 import common_pb2
+
+
+class MemoryStreamQueue:
+    def __init__(self, on_empty: Callable[[], None] = lambda: None):
+        self.entries: dict[str, bytes] = {}     # every entry put, by id
+        self.new: list[str] = []                # not yet delivered
+        self.pending: dict[str, int] = {}       # delivered, not acked → deliveries
+        self.acked: set[str] = set()
+        self.dead: list[tuple[str, str]] = []   # (entry id, reason)
+        self.on_empty = on_empty                # e.g. a fake rollout that answers pending jobs
+        self._ids = itertools.count(1)
+
+    def put(self, data: bytes) -> str:
+        entry = f"{next(self._ids)}-0"
+        self.entries[entry] = data
+        self.new.append(entry)
+        return entry
+
+    def read(self, count: int = 1, block_ms: int = 1000) -> list[Delivery]:
+        if not self.new:
+            self.on_empty()
+        taken, self.new = self.new[:count], self.new[count:]
+        for e in taken:
+            self.pending[e] = self.pending.get(e, 0) + 1
+        return [Delivery(e, self.entries[e], self.pending[e]) for e in taken]
+
+    def take_over(self, count: int = 10_000) -> list[Delivery]:
+        return [Delivery(e, self.entries[e], n) for e, n in list(self.pending.items())[:count]]
+
+    def ack(self, entry_id: str) -> None:
+        self.pending.pop(entry_id, None)
+        self.acked.add(entry_id)
+
+    def dead_letter(self, entry_id: str, data: bytes, reason: str) -> None:
+        self.dead.append((entry_id, reason))
+        self.ack(entry_id)
+
+
+class MemoryChannels:
+    """RunChannels of one run in memory; ``rollout`` answers pending prompt jobs when the
+    learner finds the paths stream empty."""
+
+    def __init__(self, run_id: str, rollout: Callable[["MemoryChannels"], None] = lambda c: None):
+        self.run_id = run_id
+        self.prompts = MemoryStreamQueue()
+        self.paths = MemoryStreamQueue(on_empty=lambda: rollout(self))
+        self.pointers: list[common_pb2.WeightVersion] = []
+        self.done: set[str] = set()
+
+    def prompt_queue(self, group: str, **options) -> MemoryStreamQueue:
+        return self.prompts
+
+    def path_queue(self, **options) -> MemoryStreamQueue:
+        return self.paths
+
+    def publish_group(self, prompt_queue, entry_id: str, job_id: str, data: bytes) -> bool:
+        fresh = job_id not in self.done
+        if fresh:
+            self.done.add(job_id)
+            self.paths.put(data)
+        prompt_queue.ack(entry_id)
+        return fresh
+
+    def publish_weights(self, pointer: common_pb2.WeightVersion) -> None:
+        self.pointers.append(pointer)
+
+    def read_weights(self) -> common_pb2.WeightVersion | None:
+        return self.pointers[-1] if self.pointers else None
+
+
+class MemoryRegistry:
+    def __init__(self):
+        self.run = ""
+
+    def announce(self, run_id: str) -> None:
+        self.run = run_id
+
+    def active(self) -> str:
+        return self.run
+
+    def retire(self, run_id: str) -> None:
+        if self.run == run_id:
+            self.run = ""
