@@ -25,7 +25,9 @@ def cases(quick: bool) -> list[dict]:
 
 def make_inputs(case: dict, device: str) -> dict:
     g = torch.Generator(device=device).manual_seed(0)
-    r = (torch.rand(case["P"], case["G"], generator=g, device=device) > 0.7).float()  # 0/1 verifier rewards
+    r = (
+        torch.rand(case["P"], case["G"], generator=g, device=device) > 0.7
+    ).float()  # 0/1 verifier rewards
     r[::4] = 1.0  # a quarter of the groups all-correct: degenerate
     return dict(rewards=r)
 

@@ -58,11 +58,15 @@ def compiled(fn: Callable[..., Any]) -> Callable[..., Any]:
     return call
 
 
-def time_ms(fn: Callable[[], Any], grad_to_none: list[torch.Tensor] | None = None) -> tuple[float, float, float]:
+def time_ms(
+    fn: Callable[[], Any], grad_to_none: list[torch.Tensor] | None = None
+) -> tuple[float, float, float]:
     """(median, p20, p80) milliseconds from triton.testing.do_bench (CUDA only)."""
     import triton.testing
 
-    med, lo, hi = triton.testing.do_bench(fn, warmup=25, rep=100, grad_to_none=grad_to_none, quantiles=[0.5, 0.2, 0.8])
+    med, lo, hi = triton.testing.do_bench(
+        fn, warmup=25, rep=100, grad_to_none=grad_to_none, quantiles=[0.5, 0.2, 0.8]
+    )
     return med, lo, hi
 
 
@@ -109,15 +113,29 @@ def run(title: str, module: Any, args: argparse.Namespace) -> list[dict]:
                 try:
                     fn()  # warm-up (and compilation for torch.compile)
                     ms, lo, hi = time_ms(fn, grad_to_none=grads)
-                    mib = peak_extra_mib(fn, reset=lambda: [setattr(t, "grad", None) for t in grads or []])
+                    mib = peak_extra_mib(
+                        fn, reset=lambda: [setattr(t, "grad", None) for t in grads or []]
+                    )
                 except Exception as exc:  # e.g. out of memory for the naive path on huge shapes
-                    print(f"{str(case):<44} {mode:<8} {name:<14} failed: {type(exc).__name__}: {str(exc)[:80]}")
+                    print(
+                        f"{str(case):<44} {mode:<8} {name:<14} failed: {type(exc).__name__}: {str(exc)[:80]}"
+                    )
                     torch.cuda.empty_cache()
                     continue
-                row = dict(case=case, mode=mode, provider=name, ms=ms, ms_p20=lo, ms_p80=hi,
-                           gbps=nbytes / ms / 1e6, peak_extra_mib=mib)
+                row = dict(
+                    case=case,
+                    mode=mode,
+                    provider=name,
+                    ms=ms,
+                    ms_p20=lo,
+                    ms_p80=hi,
+                    gbps=nbytes / ms / 1e6,
+                    peak_extra_mib=mib,
+                )
                 rows.append(row)
-                print(f"{str(case):<44} {mode:<8} {name:<14} {ms:9.4f} {row['gbps']:8.0f} {mib:10.1f}")
+                print(
+                    f"{str(case):<44} {mode:<8} {name:<14} {ms:9.4f} {row['gbps']:8.0f} {mib:10.1f}"
+                )
         del inputs
         torch.cuda.empty_cache()
     if args.json:

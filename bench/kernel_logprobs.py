@@ -22,7 +22,10 @@ MODES = ("fwd", "fwd+bwd")
 
 def cases(quick: bool) -> list[dict]:
     if quick:
-        return [dict(BT=2048, V=151_936, dtype="bfloat16"), dict(BT=2048, V=50_257, dtype="float32")]
+        return [
+            dict(BT=2048, V=151_936, dtype="bfloat16"),
+            dict(BT=2048, V=50_257, dtype="float32"),
+        ]
     out = []
     for dtype in ("bfloat16", "float32"):
         for BT in (2048, 8192):
@@ -36,9 +39,15 @@ def make_inputs(case: dict, device: str) -> dict:
     T = case["BT"] // B
     g = torch.Generator(device=device).manual_seed(0)
     dtype = getattr(torch, case["dtype"])
-    logits = (torch.randn(B, T, case["V"], generator=g, device=device) * 2).to(dtype).requires_grad_(True)
+    logits = (
+        (torch.randn(B, T, case["V"], generator=g, device=device) * 2)
+        .to(dtype)
+        .requires_grad_(True)
+    )
     ids = torch.randint(0, case["V"], (B, T), generator=g, device=device)
-    return dict(logits=logits, ids=ids, grad_to_none=[logits], temperature=case.get("temperature", 1.0))
+    return dict(
+        logits=logits, ids=ids, grad_to_none=[logits], temperature=case.get("temperature", 1.0)
+    )
 
 
 def providers(inputs: dict, mode: str) -> dict:
@@ -46,7 +55,9 @@ def providers(inputs: dict, mode: str) -> dict:
     ref_compiled = common.compiled(token_logprobs_entropy_reference)
     fns = {
         "triton": lambda: token_logprobs_entropy(logits, ids, tau),
-        "torch-chunked": common.with_env(lambda: token_logprobs_entropy(logits, ids, tau), BRORL_TRITON="0"),
+        "torch-chunked": common.with_env(
+            lambda: token_logprobs_entropy(logits, ids, tau), BRORL_TRITON="0"
+        ),
         "torch": lambda: token_logprobs_entropy_reference(logits, ids, tau),
         "compile": lambda: ref_compiled(logits, ids, tau),
     }

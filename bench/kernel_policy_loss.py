@@ -32,8 +32,12 @@ def make_inputs(case: dict, device: str) -> dict:
     mask = torch.rand(B, T, generator=g, device=device) > 0.1
     kw = dict(eps_low=0.2, eps_high=0.28)
     if case["full"]:
-        kw.update(ref_logp=logp.detach() + 0.1 * torch.randn(B, T, generator=g, device=device), kl_coef=0.05,
-                  kl_estimator="k3", tis_weight=torch.rand(B, T, generator=g, device=device) * 2)
+        kw.update(
+            ref_logp=logp.detach() + 0.1 * torch.randn(B, T, generator=g, device=device),
+            kl_coef=0.05,
+            kl_estimator="k3",
+            tis_weight=torch.rand(B, T, generator=g, device=device) * 2,
+        )
     return dict(args=(logp, old, adv, mask), kw=kw, grad_to_none=[logp])
 
 
@@ -56,7 +60,9 @@ def providers(inputs: dict, mode: str) -> dict:
 
 def bytes_moved(case: dict, mode: str) -> float:
     n = case["B"] * case["T"]
-    reads = n * (4 + 4 + 1) + case["B"] * 4 + (n * 8 if case["full"] else 0)  # logp, old, mask, adv, ref, tis
+    reads = (
+        n * (4 + 4 + 1) + case["B"] * 4 + (n * 8 if case["full"] else 0)
+    )  # logp, old, mask, adv, ref, tis
     return reads if mode == "fwd" else 2 * reads + n * 4  # bwd re-reads and writes d loss / d logp
 
 

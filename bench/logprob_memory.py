@@ -76,6 +76,7 @@ def _worker(path: str, mode: str, B: int, T: int, V: int, temperature: float, re
         f.write("5")
     if _status_kib("VmHWM") > baseline_kib + 1024:
         raise RuntimeError("could not reset the peak RSS counter (/proc/self/clear_refs)")
+
     def timed():
         r0, t0 = resource.getrusage(resource.RUSAGE_SELF), time.perf_counter()
         out = step()
@@ -87,8 +88,10 @@ def _worker(path: str, mode: str, B: int, T: int, V: int, temperature: float, re
     times, cpus = [wall], [cpu]
     peak_kib = _status_kib("VmHWM")
     out = {
-        "logp_head": logp.flatten()[:8].tolist(), "entropy_head": ent.flatten()[:8].tolist(),
-        "logp_sum": logp.double().sum().item(), "entropy_sum": ent.double().sum().item(),
+        "logp_head": logp.flatten()[:8].tolist(),
+        "entropy_head": ent.flatten()[:8].tolist(),
+        "logp_sum": logp.double().sum().item(),
+        "entropy_sum": ent.double().sum().item(),
     }
     if train:
         out["grad_head"] = logits.grad[0, 0, :8].tolist()
@@ -112,9 +115,23 @@ def _worker(path: str, mode: str, B: int, T: int, V: int, temperature: float, re
 
 
 def _spawn(path: str, mode: str, args: argparse.Namespace) -> dict:
-    cmd = [sys.executable, str(Path(__file__).resolve()), "--worker", path, mode,
-           "--bt", str(args.bt), "--batch", str(args.batch), "--vocab", str(args.vocab),
-           "--temperature", str(args.temperature), "--repeats", str(args.repeats)]
+    cmd = [
+        sys.executable,
+        str(Path(__file__).resolve()),
+        "--worker",
+        path,
+        mode,
+        "--bt",
+        str(args.bt),
+        "--batch",
+        str(args.batch),
+        "--vocab",
+        str(args.vocab),
+        "--temperature",
+        str(args.temperature),
+        "--repeats",
+        str(args.repeats),
+    ]
     env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
     proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True)
     if proc.returncode != 0:
@@ -144,20 +161,29 @@ def main() -> None:
 
     result: dict = {
         "bench": "kernels.token_logprobs_entropy (CPU)",
-        "shape": {"B": B, "T": T, "B_T": B * T, "V": V}, "dtype": "float32",
+        "shape": {"B": B, "T": T, "B_T": B * T, "V": V},
+        "dtype": "float32",
         "temperature": args.temperature,
         "logits_mib": round(B * T * V * 4 / MIB, 1),
         "method": "fresh process per path/mode; extra = VmHWM - RSS after allocating logits "
-                  "(peak reset via /proc/self/clear_refs); time = best of repeats",
+        "(peak reset via /proc/self/clear_refs); time = best of repeats",
     }
     ok = True
     for mode in ("forward", "forward_backward"):
         naive, chunked = _spawn("naive", mode, args), _spawn("chunked", mode, args)
         ratio = chunked["peak_extra_mib"] / max(naive["peak_extra_mib"], 1e-9)
-        diff = {k: _max_diff(naive[k], chunked[k]) for k in ("logp_head", "entropy_head", "grad_head") if k in naive}
-        diff["entropy_sum_rel"] = abs(naive["entropy_sum"] - chunked["entropy_sum"]) / abs(naive["entropy_sum"])
+        diff = {
+            k: _max_diff(naive[k], chunked[k])
+            for k in ("logp_head", "entropy_head", "grad_head")
+            if k in naive
+        }
+        diff["entropy_sum_rel"] = abs(naive["entropy_sum"] - chunked["entropy_sum"]) / abs(
+            naive["entropy_sum"]
+        )
         if "grad_abs_sum" in naive:
-            diff["grad_abs_sum_rel"] = abs(naive["grad_abs_sum"] - chunked["grad_abs_sum"]) / naive["grad_abs_sum"]
+            diff["grad_abs_sum_rel"] = (
+                abs(naive["grad_abs_sum"] - chunked["grad_abs_sum"]) / naive["grad_abs_sum"]
+            )
         pick = ("peak_extra_mib", "time_s", "cpu_time_s", "first_time_s")
         result[mode] = {
             "naive": {k: naive[k] for k in pick},

@@ -10,6 +10,7 @@
 
 Prints one JSON object. Tokens are counted as produced (paths may stop at EOS early in both).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -31,13 +32,18 @@ MODELS = {  # name: create_tiny_model kwargs
 
 def best(times: list[float], counts: list[int], samples: int) -> dict:
     i = min(range(len(times)), key=lambda j: times[j])
-    return {"seconds": times[i], "tokens": counts[i], "tokens_per_s": counts[i] / times[i],
-            "samples_per_s": samples / times[i]}
+    return {
+        "seconds": times[i],
+        "tokens": counts[i],
+        "tokens_per_s": counts[i] / times[i],
+        "samples_per_s": samples / times[i],
+    }
 
 
 def hf_generate(model_dir: str, prompt: str, n: int, max_tokens: int, repeats: int) -> dict:
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
+
     tok = AutoTokenizer.from_pretrained(model_dir)
     model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()
     ids = tok(prompt, return_tensors="pt").input_ids.repeat(n, 1)
@@ -45,20 +51,42 @@ def hf_generate(model_dir: str, prompt: str, n: int, max_tokens: int, repeats: i
     with torch.no_grad():
         for _ in range(repeats):
             start = time.perf_counter()
-            out = model.generate(ids, attention_mask=torch.ones_like(ids), do_sample=True, temperature=1.0, top_k=0,
-                                 max_new_tokens=max_tokens, pad_token_id=tok.pad_token_id, eos_token_id=tok.eos_token_id)
+            out = model.generate(
+                ids,
+                attention_mask=torch.ones_like(ids),
+                do_sample=True,
+                temperature=1.0,
+                top_k=0,
+                max_new_tokens=max_tokens,
+                pad_token_id=tok.pad_token_id,
+                eos_token_id=tok.eos_token_id,
+            )
             times.append(time.perf_counter() - start)
-            rows = out[:, ids.shape[1]:].tolist()
+            rows = out[:, ids.shape[1] :].tolist()
             # tokens up to and including the first EOS (what vLLM also counts)
-            tokens.append(sum((r.index(tok.eos_token_id) + 1) if tok.eos_token_id in r else len(r) for r in rows))
+            tokens.append(
+                sum(
+                    (r.index(tok.eos_token_id) + 1) if tok.eos_token_id in r else len(r)
+                    for r in rows
+                )
+            )
     return best(times, tokens, n)
 
 
-def service_runs(model_dir: str, prompt: str, n: int, max_tokens: int, repeats: int, tmp: Path) -> dict:
+def service_runs(
+    model_dir: str, prompt: str, n: int, max_tokens: int, repeats: int, tmp: Path
+) -> dict:
     from brorl.client import RolloutClient
     from brorl.apps.launcher import ServiceProc
-    proc = ServiceProc("rollout", tmp, name=Path(model_dir).name, model=model_dir, worker_loop=False,
-                       **{"engine.max_model_len": max(64, max_tokens + 32)})
+
+    proc = ServiceProc(
+        "rollout",
+        tmp,
+        name=Path(model_dir).name,
+        model=model_dir,
+        worker_loop=False,
+        **{"engine.max_model_len": max(64, max_tokens + 32)},
+    )
     out = {}
     try:
         proc.wait_serving(timeout=300)
@@ -90,11 +118,12 @@ def service_runs(model_dir: str, prompt: str, n: int, max_tokens: int, repeats: 
 def peak_gemm_flops(sizes=(1024, 2048, 3072), repeats: int = 8) -> float:
     """Best fp32 GEMM rate seen over a few square sizes (the machine is shared: take the max)."""
     import torch
+
     rates = []
     for size in sizes:
         a, b = torch.randn(size, size), torch.randn(size, size)
         torch.mm(a, b)
-        rates.append(2 * size ** 3 / min(_timed(lambda: torch.mm(a, b)) for _ in range(repeats)))
+        rates.append(2 * size**3 / min(_timed(lambda: torch.mm(a, b)) for _ in range(repeats)))
     return max(rates)
 
 
@@ -105,7 +134,9 @@ def _timed(fn) -> float:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("--n", type=int, default=512)
     ap.add_argument("--max-tokens", type=int, default=32)
     ap.add_argument("--repeats", type=int, default=2)
@@ -117,22 +148,36 @@ def main() -> None:
     from transformers import AutoModelForCausalLM
 
     from demo.model import create_tiny_model
+
     peak_before = peak_gemm_flops()
-    result = {"bench": "rollout", "n": args.n, "max_tokens": args.max_tokens, "torch_threads": torch.get_num_threads(),
-              "models": {}}
+    result = {
+        "bench": "rollout",
+        "n": args.n,
+        "max_tokens": args.max_tokens,
+        "torch_threads": torch.get_num_threads(),
+        "models": {},
+    }
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
         for name in args.models.split(","):
-            model_dir = str(create_tiny_model(tmp / name, max_position=max(64, args.max_tokens + 32), **MODELS[name]))
-            params = sum(p.numel() for p in AutoModelForCausalLM.from_pretrained(model_dir).parameters())
+            model_dir = str(
+                create_tiny_model(
+                    tmp / name, max_position=max(64, args.max_tokens + 32), **MODELS[name]
+                )
+            )
+            params = sum(
+                p.numel() for p in AutoModelForCausalLM.from_pretrained(model_dir).parameters()
+            )
             svc = service_runs(model_dir, args.prompt, args.n, args.max_tokens, args.repeats, tmp)
             hf = hf_generate(model_dir, args.prompt, args.n, args.max_tokens, args.repeats)
             one = svc["one_request"]
             result["models"][name] = {
                 "params": params,
-                "rollout_service": svc, "transformers_generate": hf,
+                "rollout_service": svc,
+                "transformers_generate": hf,
                 "speedup_service_vs_transformers": one["tokens_per_s"] / hf["tokens_per_s"],
-                "samples_per_s_ratio_one_512_vs_32x16": one["samples_per_s"] / svc[f"{args.n // 16}_requests_of_16"]["samples_per_s"],
+                "samples_per_s_ratio_one_512_vs_32x16": one["samples_per_s"]
+                / svc[f"{args.n // 16}_requests_of_16"]["samples_per_s"],
                 # decode FLOPs per token ~ 2 * parameters (attention over <= 64 positions is negligible)
                 "_flops": one["tokens_per_s"] * 2 * params,
             }

@@ -1,10 +1,19 @@
 """Thin clients of the three services (every call has a deadline)."""
+
 from __future__ import annotations
 
 from pathlib import Path
 
 from brorl import rpc
-from brorl.v1 import common_pb2, learner_pb2, learner_pb2_grpc, reward_pb2, reward_pb2_grpc, rollout_pb2, rollout_pb2_grpc
+from brorl.v1 import (
+    common_pb2,
+    learner_pb2,
+    learner_pb2_grpc,
+    reward_pb2,
+    reward_pb2_grpc,
+    rollout_pb2,
+    rollout_pb2_grpc,
+)
 
 
 class LearnerClient:
@@ -13,18 +22,26 @@ class LearnerClient:
         self.stub = learner_pb2_grpc.LearnerServiceStub(self.channel)
         self.deadline = deadline_s
 
-    def start(self, config_yaml: str, run_id: str = "", resume: bool = False) -> learner_pb2.RunInfo:
-        return self.stub.StartRun(learner_pb2.StartRunRequest(run_id=run_id, config_yaml=config_yaml, resume=resume),
-                                  timeout=120)
+    def start(
+        self, config_yaml: str, run_id: str = "", resume: bool = False
+    ) -> learner_pb2.RunInfo:
+        return self.stub.StartRun(
+            learner_pb2.StartRunRequest(run_id=run_id, config_yaml=config_yaml, resume=resume),
+            timeout=120,
+        )
 
-    def start_file(self, path: str | Path, run_id: str = "", resume: bool = False) -> learner_pb2.RunInfo:
+    def start_file(
+        self, path: str | Path, run_id: str = "", resume: bool = False
+    ) -> learner_pb2.RunInfo:
         return self.start(Path(path).read_text(), run_id, resume)
 
     def get(self, run_id: str) -> learner_pb2.RunInfo:
         return self.stub.GetRun(learner_pb2.GetRunRequest(run_id=run_id), timeout=self.deadline)
 
     def watch(self, run_id: str, from_step: int = 0, timeout: float | None = 24 * 3600):
-        return self.stub.WatchRun(learner_pb2.WatchRunRequest(run_id=run_id, from_step=from_step), timeout=timeout)
+        return self.stub.WatchRun(
+            learner_pb2.WatchRunRequest(run_id=run_id, from_step=from_step), timeout=timeout
+        )
 
     def stop(self, run_id: str) -> learner_pb2.RunInfo:
         return self.stub.StopRun(learner_pb2.StopRunRequest(run_id=run_id), timeout=180)
@@ -43,11 +60,15 @@ class RewardClient:
         self.deadline = deadline_s
 
     def score_batch(self, reward_fn: str, items: list[dict]) -> reward_pb2.ScoreBatchResponse:
-        request = reward_pb2.ScoreBatchRequest(reward_fn=reward_fn, items=[reward_pb2.ScoreRequest(**i) for i in items])
+        request = reward_pb2.ScoreBatchRequest(
+            reward_fn=reward_fn, items=[reward_pb2.ScoreRequest(**i) for i in items]
+        )
         return self.stub.ScoreBatch(request, timeout=self.deadline)
 
     def list(self) -> reward_pb2.ListRewardFunctionsResponse:
-        return self.stub.ListRewardFunctions(reward_pb2.ListRewardFunctionsRequest(), timeout=self.deadline)
+        return self.stub.ListRewardFunctions(
+            reward_pb2.ListRewardFunctionsRequest(), timeout=self.deadline
+        )
 
 
 class RolloutClient:
@@ -57,7 +78,9 @@ class RolloutClient:
         self.deadline = deadline_s
 
     def generate(self, prompt: str, **sampling) -> rollout_pb2.GenerateResponse:
-        request = rollout_pb2.GenerateRequest(prompt=prompt, sampling=common_pb2.SamplingParams(**sampling))
+        request = rollout_pb2.GenerateRequest(
+            prompt=prompt, sampling=common_pb2.SamplingParams(**sampling)
+        )
         return self.stub.Generate(request, timeout=self.deadline)
 
     def status(self) -> rollout_pb2.RolloutStatus:

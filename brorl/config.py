@@ -4,6 +4,7 @@ defaults < file (YAML/JSON) < environment (BRORL_ prefixed) < command-line overr
 Overrides are ``dotted.key=value`` strings; values are parsed as YAML scalars/lists, so
 ``learner.lr=1e-4`` and ``sampling.stop=["\\n"]`` work.
 """
+
 from __future__ import annotations
 
 import json
@@ -47,7 +48,9 @@ def parse_text(text: str, source: str = "config") -> dict:
     if data is None:
         return {}
     if not isinstance(data, dict):
-        raise InvalidArgument(source, f"must be a mapping of keys to values, got {type(data).__name__}")
+        raise InvalidArgument(
+            source, f"must be a mapping of keys to values, got {type(data).__name__}"
+        )
     return data
 
 
@@ -68,8 +71,11 @@ def parse_overrides(overrides: Sequence[str]) -> dict:
 def env_overrides(prefix: str, environ: Mapping[str, str] | None = None) -> dict:
     """``BRORL_LEARNER__LR=1e-4`` → ``{"learner": {"lr": 1e-4}}`` (double underscore nests)."""
     environ = os.environ if environ is None else environ
-    items = [f"{k[len(prefix):].lower().replace('__', '.')}={v}" for k, v in environ.items()
-             if k.startswith(prefix) and len(k) > len(prefix)]
+    items = [
+        f"{k[len(prefix) :].lower().replace('__', '.')}={v}"
+        for k, v in environ.items()
+        if k.startswith(prefix) and len(k) > len(prefix)
+    ]
     return parse_overrides(items)
 
 
@@ -91,15 +97,26 @@ def validate(cls: type[M], data: dict) -> M:
         problems = []
         for err in exc.errors():
             field = ".".join(str(p) for p in err["loc"]) or "config"
-            msg = "unknown key (check the spelling)" if err["type"] == "extra_forbidden" else err["msg"]
+            msg = (
+                "unknown key (check the spelling)"
+                if err["type"] == "extra_forbidden"
+                else err["msg"]
+            )
             problems.append((field, msg))
         first_field = problems[0][0]
         detail = "; ".join(f"{f}: {m}" for f, m in problems)
-        raise InvalidArgument(first_field, detail if len(problems) > 1 else problems[0][1]) from None
+        raise InvalidArgument(
+            first_field, detail if len(problems) > 1 else problems[0][1]
+        ) from None
 
 
-def load_config(cls: type[M], path: str | Path | None = None, overrides: Sequence[str] = (),
-                env_prefix: str | None = "BRORL_", environ: Mapping[str, str] | None = None) -> M:
+def load_config(
+    cls: type[M],
+    path: str | Path | None = None,
+    overrides: Sequence[str] = (),
+    env_prefix: str | None = "BRORL_",
+    environ: Mapping[str, str] | None = None,
+) -> M:
     data: dict = {}
     if path:
         p = Path(path)

@@ -1,4 +1,5 @@
 """Domain errors that carry a gRPC status; servers translate them in one place (brorl.rpc)."""
+
 from __future__ import annotations
 
 import grpc

@@ -5,6 +5,7 @@ dead-letter stream after too many deliveries, and a bounded stream length.
 
 Payloads are serialized protobuf messages stored under the field ``data``; never pickle.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -24,7 +25,10 @@ log = logging.getLogger(__name__)
 def keys(run_id: str) -> dict[str, str]:
     """The Redis keys of one run (DESIGN.md §4)."""
     base = f"brorl:{run_id}"
-    return {name: f"{base}:{name}" for name in ("prompts", "paths", "weights", "dead", "done", "metrics")}
+    return {
+        name: f"{base}:{name}"
+        for name in ("prompts", "paths", "weights", "dead", "done", "metrics")
+    }
 
 
 def active_run_key(namespace: str) -> str:
@@ -60,15 +64,23 @@ class RunChannels:
 
     def prompt_queue(self, group: str, **options) -> "StreamQueue":
         """Prompt jobs: the rollout workers consume them as group "rollout"."""
-        return StreamQueue(self.r, self.keys["prompts"], group, dead_stream=self.keys["dead"], **options)
+        return StreamQueue(
+            self.r, self.keys["prompts"], group, dead_stream=self.keys["dead"], **options
+        )
 
     def path_queue(self, **options) -> "StreamQueue":
         """Scored path groups, consumed by the learner (group "learner")."""
-        return StreamQueue(self.r, self.keys["paths"], "learner", dead_stream=self.keys["dead"], **options)
+        return StreamQueue(
+            self.r, self.keys["paths"], "learner", dead_stream=self.keys["dead"], **options
+        )
 
-    def publish_group(self, prompt_queue: "StreamQueue", entry_id: str, job_id: str, data: bytes) -> bool:
+    def publish_group(
+        self, prompt_queue: "StreamQueue", entry_id: str, job_id: str, data: bytes
+    ) -> bool:
         """Publish a job's scored group once per job id and ack the job, atomically."""
-        return prompt_queue.publish_once_and_ack(entry_id, job_id, self.keys["paths"], self.keys["done"], data)
+        return prompt_queue.publish_once_and_ack(
+            entry_id, job_id, self.keys["paths"], self.keys["done"], data
+        )
 
     def publish_weights(self, pointer: common_pb2.WeightVersion) -> None:
         """Point the run's workers at a committed weight version."""
@@ -84,14 +96,16 @@ def consumer_name() -> str:
 
 
 def connect(url: str) -> redis.Redis:
-    return redis.Redis.from_url(url, socket_timeout=30, socket_connect_timeout=5, health_check_interval=30)
+    return redis.Redis.from_url(
+        url, socket_timeout=30, socket_connect_timeout=5, health_check_interval=30
+    )
 
 
 @dataclass
 class Delivery:
     entry_id: str
     data: bytes
-    deliveries: int       # how many times this entry has been handed out (1 on first read)
+    deliveries: int  # how many times this entry has been handed out (1 on first read)
 
 
 # Atomically: publish the result once per job id, then ack the job. A worker that dies after
@@ -127,9 +141,18 @@ class StreamQueue:
     goes to the dead-letter stream instead of being processed again.
     """
 
-    def __init__(self, client: redis.Redis, stream: str, group: str, *, consumer: str | None = None,
-                 dead_stream: str | None = None, maxlen: int = 100_000, claim_idle_ms: int = 60_000,
-                 max_deliveries: int = 5):
+    def __init__(
+        self,
+        client: redis.Redis,
+        stream: str,
+        group: str,
+        *,
+        consumer: str | None = None,
+        dead_stream: str | None = None,
+        maxlen: int = 100_000,
+        claim_idle_ms: int = 60_000,
+        max_deliveries: int = 5,
+    ):
         self.r = client
         self.stream = stream
         self.group = group
@@ -159,8 +182,13 @@ class StreamQueue:
         """Reclaimed entries of dead consumers first, then new ones; blocks up to ``block_ms``."""
         out = self._reclaim(count)
         if len(out) < count:
-            resp = self.r.xreadgroup(self.group, self.consumer, {self.stream: ">"},
-                                     count=count - len(out), block=None if out else block_ms)
+            resp = self.r.xreadgroup(
+                self.group,
+                self.consumer,
+                {self.stream: ">"},
+                count=count - len(out),
+                block=None if out else block_ms,
+            )
             for _stream, entries in resp or []:
                 for entry_id, fields in entries:
                     if fields and b"data" in fields:
@@ -176,8 +204,9 @@ class StreamQueue:
 
     def _reclaim(self, count: int, min_idle_ms: int | None = None) -> list[Delivery]:
         idle = self.claim_idle_ms if min_idle_ms is None else min_idle_ms
-        resp = self.r.xautoclaim(self.stream, self.group, self.consumer, min_idle_time=idle,
-                                 start_id="0-0", count=count)
+        resp = self.r.xautoclaim(
+            self.stream, self.group, self.consumer, min_idle_time=idle, start_id="0-0", count=count
+        )
         claimed = resp[1] if resp else []
         out: list[Delivery] = []
         for entry_id, fields in claimed:
@@ -213,10 +242,12 @@ class StreamQueue:
         def keep() -> None:
             while not done.wait(interval):
                 try:
-                    if not self.renew(entry_id) and not done.is_set():   # not merely acked meanwhile
-                        log.warning("lost the lease on %s of %s to another consumer", entry_id, self.stream)
+                    if not self.renew(entry_id) and not done.is_set():  # not merely acked meanwhile
+                        log.warning(
+                            "lost the lease on %s of %s to another consumer", entry_id, self.stream
+                        )
                         return
-                except redis.RedisError as exc:   # Redis away for a moment: try again next tick
+                except redis.RedisError as exc:  # Redis away for a moment: try again next tick
                     log.warning("could not renew %s: %s", entry_id, exc)
 
         thread = threading.Thread(target=keep, name=f"lease-{entry_id}", daemon=True)
@@ -232,17 +263,30 @@ class StreamQueue:
 
     def dead_letter(self, entry_id: str, data: bytes, reason: str) -> None:
         if self.dead_stream:
-            self.r.xadd(self.dead_stream, {"data": data, "source": self.stream, "reason": reason},
-                        maxlen=self.maxlen, approximate=True)
+            self.r.xadd(
+                self.dead_stream,
+                {"data": data, "source": self.stream, "reason": reason},
+                maxlen=self.maxlen,
+                approximate=True,
+            )
         self.ack(entry_id)
         log.error("moved %s of %s to the dead-letter stream: %s", entry_id, self.stream, reason)
 
-    def publish_once_and_ack(self, entry_id: str, job_id: str, result_stream: str, done_set: str,
-                             data: bytes, result_maxlen: int = 100_000) -> bool:
+    def publish_once_and_ack(
+        self,
+        entry_id: str,
+        job_id: str,
+        result_stream: str,
+        done_set: str,
+        data: bytes,
+        result_maxlen: int = 100_000,
+    ) -> bool:
         """Write ``data`` to ``result_stream`` unless ``job_id`` was already published, and ack
         ``entry_id`` — atomically. Returns False for a duplicate (already published)."""
-        fresh = self._publish_once(keys=[done_set, result_stream, self.stream],
-                                   args=[job_id, data, self.group, result_maxlen, entry_id])
+        fresh = self._publish_once(
+            keys=[done_set, result_stream, self.stream],
+            args=[job_id, data, self.group, result_maxlen, entry_id],
+        )
         return bool(fresh)
 
     def pending_count(self) -> int:

@@ -1,5 +1,6 @@
 """gRPC plumbing shared by every service: server construction with health and reflection,
 one error translator, and client channels whose calls always carry a deadline."""
+
 from __future__ import annotations
 
 import functools
@@ -31,12 +32,15 @@ def _abort_for(exc: Exception, context: grpc.ServicerContext, method: str):
     if isinstance(exc, BrorlError):
         context.abort(exc.code, str(exc))
     log.exception("unexpected error in %s", method)
-    context.abort(grpc.StatusCode.INTERNAL, f"internal error in {method}: {type(exc).__name__}: {exc}")
+    context.abort(
+        grpc.StatusCode.INTERNAL, f"internal error in {method}: {type(exc).__name__}: {exc}"
+    )
 
 
 def translate_errors(fn: Callable) -> Callable:
     """Decorate a servicer method: domain errors become their status, anything else INTERNAL."""
     if inspect.isgeneratorfunction(fn):
+
         @functools.wraps(fn)
         def stream_wrapper(self, request, context):
             try:
@@ -45,6 +49,7 @@ def translate_errors(fn: Callable) -> Callable:
                 if isinstance(exc, grpc.RpcError) or context.code() is not None:
                     raise
                 _abort_for(exc, context, fn.__name__)
+
         return stream_wrapper
 
     @functools.wraps(fn)
@@ -55,6 +60,7 @@ def translate_errors(fn: Callable) -> Callable:
             if isinstance(exc, grpc.RpcError):
                 raise
             _abort_for(exc, context, fn.__name__)
+
     return unary_wrapper
 
 
@@ -63,19 +69,27 @@ class Server:
 
     def __init__(self, bind: str, service_names: Iterable[str], max_workers: int = 16):
         self.service_names = list(service_names)
-        self.grpc = grpc.server(futures.ThreadPoolExecutor(max_workers=max_workers), options=CHANNEL_OPTIONS)
+        self.grpc = grpc.server(
+            futures.ThreadPoolExecutor(max_workers=max_workers), options=CHANNEL_OPTIONS
+        )
         self.health = health.HealthServicer()
         health_pb2_grpc.add_HealthServicer_to_server(self.health, self.grpc)
         reflection.enable_server_reflection(
-            self.service_names + [health_pb2.DESCRIPTOR.services_by_name["Health"].full_name,
-                                  reflection.SERVICE_NAME], self.grpc)
+            self.service_names
+            + [health_pb2.DESCRIPTOR.services_by_name["Health"].full_name, reflection.SERVICE_NAME],
+            self.grpc,
+        )
         self.port = self.grpc.add_insecure_port(bind)
         if self.port == 0:
             raise OSError(f"cannot bind gRPC server to {bind}")
         self.set_serving(False)
 
     def set_serving(self, serving: bool) -> None:
-        status = health_pb2.HealthCheckResponse.SERVING if serving else health_pb2.HealthCheckResponse.NOT_SERVING
+        status = (
+            health_pb2.HealthCheckResponse.SERVING
+            if serving
+            else health_pb2.HealthCheckResponse.NOT_SERVING
+        )
         for name in self.service_names + [""]:
             self.health.set(name, status)
 
@@ -91,9 +105,13 @@ class Server:
         self.grpc.wait_for_termination()
 
 
-def serve_until_stopped(server: Server, name: str, port_file: str = "",
-                        prepare: Callable[[], None] = lambda: None,
-                        cleanup: Callable[[], None] = lambda: None) -> None:
+def serve_until_stopped(
+    server: Server,
+    name: str,
+    port_file: str = "",
+    prepare: Callable[[], None] = lambda: None,
+    cleanup: Callable[[], None] = lambda: None,
+) -> None:
     """The life of every brorl service. Listen with health NOT_SERVING and write the bound port
     to ``port_file`` (so a launcher can poll health on it); ``prepare`` (load the engine, the
     reward models, ...); flip health to SERVING; serve until interrupted. On the way out:
@@ -114,8 +132,15 @@ def serve_until_stopped(server: Server, name: str, port_file: str = "",
 RETRYABLE = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED)
 
 
-def call_with_retry(method: Callable, request, *, timeout: float = DEFAULT_DEADLINE_S,
-                    attempts: int = 5, max_backoff_s: float = 10.0, sleep=time.sleep):
+def call_with_retry(
+    method: Callable,
+    request,
+    *,
+    timeout: float = DEFAULT_DEADLINE_S,
+    attempts: int = 5,
+    max_backoff_s: float = 10.0,
+    sleep=time.sleep,
+):
     """Call a unary stub ``method`` with a deadline; UNAVAILABLE / DEADLINE_EXCEEDED are retried
     with exponential backoff (1, 2, 4 ... s, at most ``max_backoff_s``), anything else raises."""
     for attempt in range(attempts):
@@ -124,9 +149,14 @@ def call_with_retry(method: Callable, request, *, timeout: float = DEFAULT_DEADL
         except grpc.RpcError as exc:
             if exc.code() not in RETRYABLE or attempt == attempts - 1:
                 raise
-            log.warning("%s: %s; retry %d of %d", getattr(method, "_method", "call"),
-                        exc.code().name, attempt + 1, attempts - 1)
-            sleep(min(2 ** attempt, max_backoff_s))
+            log.warning(
+                "%s: %s; retry %d of %d",
+                getattr(method, "_method", "call"),
+                exc.code().name,
+                attempt + 1,
+                attempts - 1,
+            )
+            sleep(min(2**attempt, max_backoff_s))
     raise AssertionError("unreachable")
 
 
@@ -149,4 +179,6 @@ def wait_serving(address: str, service: str = "", timeout: float = 120.0) -> Non
             except grpc.RpcError as exc:
                 last = exc.code().name
             time.sleep(0.25)
-    raise TimeoutError(f"{address} ({service or 'server'}) not SERVING after {timeout:.0f}s (last: {last})")
+    raise TimeoutError(
+        f"{address} ({service or 'server'}) not SERVING after {timeout:.0f}s (last: {last})"
+    )

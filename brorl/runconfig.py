@@ -4,6 +4,7 @@ It lives in the shared core so any client can validate a config before sending i
 learner validates it again and answers INVALID_ARGUMENT naming the field. What a section
 means for the prompt jobs sent to the rollout workers is decided in ``brorl.sampling``.
 """
+
 from __future__ import annotations
 
 from typing import Annotated, Literal, Union
@@ -61,32 +62,42 @@ class LinearSchedule(_Schedule):
         return schedule.linear(self.t0, self.t1, self.steps)
 
 
-TemperatureSchedule = Annotated[Union[ConstantSchedule, StagedSchedule, LinearSchedule],
-                                Field(discriminator="kind")]
+TemperatureSchedule = Annotated[
+    Union[ConstantSchedule, StagedSchedule, LinearSchedule], Field(discriminator="kind")
+]
 
 
 class SamplingConfig(StrictModel):
     n: int = Field(512, ge=1, le=4096, description="Paths sampled per prompt (BroRL: 256-1024).")
     temperature: float = Field(
-        1.0, ge=0.0, le=5.0,
-        description="Sampling temperature; the learner scores log-probs at the same one.")
+        1.0,
+        ge=0.0,
+        le=5.0,
+        description="Sampling temperature; the learner scores log-probs at the same one.",
+    )
     top_k: int = Field(
-        40, ge=-1,
-        description="Top-k cut-off; -1 disables. The learner applies the same cut-off.")
+        40, ge=-1, description="Top-k cut-off; -1 disables. The learner applies the same cut-off."
+    )
     top_p: float = Field(
-        0.95, gt=0.0, le=1.0,
-        description="Nucleus cut-off; 1 disables. The learner applies the same cut-off.")
+        0.95,
+        gt=0.0,
+        le=1.0,
+        description="Nucleus cut-off; 1 disables. The learner applies the same cut-off.",
+    )
     max_tokens: int = Field(16, ge=1, le=32768, description="New tokens per path.")
     stop: list[str] = Field(default_factory=list, description="Stop strings.")
     max_paths_per_job: int = Field(
-        0, ge=0,
+        0,
+        ge=0,
         description="Fan a group out into prompt jobs of at most this many paths, sampled by any "
-                    "workers and reassembled by the learner (0: one job per group).")
+        "workers and reassembled by the learner (0: one job per group).",
+    )
     temperature_schedule: TemperatureSchedule | None = Field(
         None,
         description="Per-step temperature, overriding `temperature`: "
-                    "{kind: staged, bounds: [1000, 3000], temps: [1.3, 0.9, 0.7]} or "
-                    "{kind: linear, t0: 1.2, t1: 0.7, steps: 2000} or {kind: constant, t: 1.0}.")
+        "{kind: staged, bounds: [1000, 3000], temps: [1.3, 0.9, 0.7]} or "
+        "{kind: linear, t0: 1.2, t1: 0.7, steps: 2000} or {kind: constant, t: 1.0}.",
+    )
 
     def temperature_at(self, step: int) -> float:
         """The sampling temperature of prompt jobs enqueued at learner ``step``."""
@@ -97,120 +108,165 @@ class SamplingConfig(StrictModel):
 
 class ExploreConfig(StrictModel):
     oversample_m: int = Field(
-        0, ge=0, le=65536,
+        0,
+        ge=0,
+        le=65536,
         description="Hierarchical generation: sample M >= n candidates per prompt and keep n "
-                    "(0: off).")
+        "(0: off).",
+    )
     dedup: Literal["off", "keep_one", "downweight"] = Field(
         "off",
         description="Near-duplicate paths: keep one per cluster, or down-weight each to "
-                    "1/cluster size.")
+        "1/cluster size.",
+    )
     dedup_threshold: float = Field(
-        0.8, gt=0.0, le=1.0,
+        0.8,
+        gt=0.0,
+        le=1.0,
         description="Similarity at which two paths count as duplicates: estimated Jaccard "
-                    "(minhash) or cosine (embedding).")
+        "(minhash) or cosine (embedding).",
+    )
     dedup_method: Literal["minhash", "embedding"] = Field(
         "minhash",
         description="minhash: token 3-gram sets (cheap default); embedding: cosine of mean-pooled "
-                    "embeddings from a locally installed encoder.")
+        "embeddings from a locally installed encoder.",
+    )
     embedding_model: str = Field(
         "",
         description="Local encoder directory (on the rollout workers) for dedup_method=embedding; "
-                    "nothing is downloaded.")
+        "nothing is downloaded.",
+    )
     retention: float = Field(
-        1.0, gt=0.0, le=1.0,
+        1.0,
+        gt=0.0,
+        le=1.0,
         description="Dynamic path filtering: keep at least this fraction, the highest-scored by "
-                    "the predictor; the rest skip reward evaluation (1: off).")
+        "the predictor; the rest skip reward evaluation (1: off).",
+    )
     predictor: str = Field(
-        "logprob", min_length=1,
+        "logprob",
+        min_length=1,
         description="Quality predictor for filtering / oversampling: 'logprob' (policy mean "
-                    "log-prob) or a reward function name (e.g. a trained reward model) scored on "
-                    "a prefix.")
+        "log-prob) or a reward function name (e.g. a trained reward model) scored on "
+        "a prefix.",
+    )
     predictor_prefix_tokens: int = Field(
-        0, ge=0, description="Tokens of each path the predictor sees (0: all).")
+        0, ge=0, description="Tokens of each path the predictor sees (0: all)."
+    )
 
     @model_validator(mode="after")
     def _embedding_needs_model(self):
         if self.dedup != "off" and self.dedup_method == "embedding" and not self.embedding_model:
-            raise ValueError("dedup_method 'embedding' needs embedding_model: a local encoder "
-                             "directory")
+            raise ValueError(
+                "dedup_method 'embedding' needs embedding_model: a local encoder directory"
+            )
         return self
 
 
 class DataConfig(StrictModel):
     train_path: str = Field(
-        ..., description="JSONL file of {\"prompt\": ..., \"reference\": ...} rows.")
+        ..., description='JSONL file of {"prompt": ..., "reference": ...} rows.'
+    )
     shuffle_seed: int = Field(
-        0, description="Seed of the prompt order (a new permutation each epoch).")
+        0, description="Seed of the prompt order (a new permutation each epoch)."
+    )
 
 
 class TrainConfig(StrictModel):
     steps: int = Field(100, ge=1, description="Policy updates in this run.")
     groups_per_step: int = Field(
-        1, ge=1, description="Prompt groups (each of n paths) in one update.")
+        1, ge=1, description="Prompt groups (each of n paths) in one update."
+    )
     lr: float = Field(1e-4, gt=0.0, le=1.0, description="Adam learning rate.")
     weight_decay: float = Field(0.0, ge=0.0, description="AdamW weight decay.")
-    clip_low: float = Field(0.2, ge=0.0, le=1.0, description="PPO clip below: ratio >= 1 - clip_low.")
+    clip_low: float = Field(
+        0.2, ge=0.0, le=1.0, description="PPO clip below: ratio >= 1 - clip_low."
+    )
     clip_high: float = Field(
-        0.2, ge=0.0, le=10.0, description="PPO clip above: ratio <= 1 + clip_high.")
+        0.2, ge=0.0, le=10.0, description="PPO clip above: ratio <= 1 + clip_high."
+    )
     kl_coef: float = Field(
-        0.0, ge=0.0,
+        0.0,
+        ge=0.0,
         description="Weight of the KL to the initial (reference) policy; 0 loads no reference "
-                    "model.")
+        "model.",
+    )
     kl_estimator: Literal["k1", "k2", "k3"] = Field("k3", description="KL estimator: k1, k2 or k3.")
     normalize_std: bool = Field(
-        True, description="Divide group advantages by the group's reward std (GRPO).")
+        True, description="Divide group advantages by the group's reward std (GRPO)."
+    )
     off_policy: Literal["clip", "tis"] = Field(
         "clip",
         description="Correction for paths sampled by older weights: 'clip' takes the PPO ratio "
-                    "against the sampling log-probs; 'tis' takes it against the learner's "
-                    "recomputed log-probs times a truncated importance weight.")
+        "against the sampling log-probs; 'tis' takes it against the learner's "
+        "recomputed log-probs times a truncated importance weight.",
+    )
     tis_cap: float = Field(
-        2.0, gt=0.0, description="Cap of the truncated importance weight (off_policy='tis').")
+        2.0, gt=0.0, description="Cap of the truncated importance weight (off_policy='tis')."
+    )
     max_grad_norm: float = Field(1.0, gt=0.0, description="Gradient clipping.")
     micro_batch_paths: int = Field(
-        256, ge=1, description="Paths per forward/backward chunk (memory bound).")
+        256, ge=1, description="Paths per forward/backward chunk (memory bound)."
+    )
     seed: int = Field(0, description="Torch seed of the learner.")
 
 
 class AsyncConfig(StrictModel):
     max_staleness: int = Field(
-        2, ge=0,
+        2,
+        ge=0,
         description="Groups generated more than this many weight versions ago are dropped "
-                    "(counted).")
+        "(counted).",
+    )
     publish_every: int = Field(
-        1, ge=1, description="Publish a weight version every this many updates.")
+        1, ge=1, description="Publish a weight version every this many updates."
+    )
     max_inflight_groups: int = Field(
-        4, ge=1,
-        description="Groups enqueued but not yet consumed (bounds staleness and Redis size).")
+        4,
+        ge=1,
+        description="Groups enqueued but not yet consumed (bounds staleness and Redis size).",
+    )
     group_timeout_s: float = Field(
-        600.0, gt=0, description="Fail the run if no group arrives for this long.")
+        600.0, gt=0, description="Fail the run if no group arrives for this long."
+    )
     max_degenerate_streak: int = Field(
-        500, ge=1,
+        500,
+        ge=1,
         description="Fail the run after this many groups in a row whose rewards were all equal "
-                    "(the task is too hard or too easy for the policy).")
+        "(the task is too hard or too easy for the policy).",
+    )
 
 
 class RunConfig(StrictModel):
     model: str = Field(
         ...,
         description="Hugging Face model directory of the initial policy (the rollout workers "
-                    "load the same).")
+        "load the same).",
+    )
     data: DataConfig = Field(description="Where the prompts come from.")
     reward_fn: str = Field(
-        "math_answer", min_length=1,
-        description="Reward function name in the reward service's registry.")
+        "math_answer",
+        min_length=1,
+        description="Reward function name in the reward service's registry.",
+    )
     sampling: SamplingConfig = Field(
-        default_factory=SamplingConfig, description="How each prompt's paths are sampled.")
+        default_factory=SamplingConfig, description="How each prompt's paths are sampled."
+    )
     explore: ExploreConfig = Field(
         default_factory=ExploreConfig,
-        description="Broadened exploration on the rollout side (docs/exploration.md).")
+        description="Broadened exploration on the rollout side (docs/exploration.md).",
+    )
     train: TrainConfig = Field(default_factory=TrainConfig, description="The policy update.")
     asynchrony: AsyncConfig = Field(
-        default_factory=AsyncConfig, alias="async",
-        description="Bounded staleness between sampling and learning.")
+        default_factory=AsyncConfig,
+        alias="async",
+        description="Bounded staleness between sampling and learning.",
+    )
     checkpoint_every: int = Field(
-        0, ge=0,
-        description="Checkpoint every this many updates (0: only on request and at the end).")
+        0,
+        ge=0,
+        description="Checkpoint every this many updates (0: only on request and at the end).",
+    )
 
     model_config = StrictModel.model_config | {"populate_by_name": True}
 

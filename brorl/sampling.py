@@ -13,6 +13,7 @@ the worker sampled it from. Both sides therefore go through this module:
 
 Proto3 cannot tell "unset" from zero, so a zero field means the default named here.
 """
+
 from __future__ import annotations
 
 import math
@@ -34,9 +35,9 @@ class EffectiveSampling:
     """The sampling distribution a ``SamplingParams`` stands for, defaults resolved."""
 
     n: int
-    temperature: float          # 0: greedy
-    top_k: int                  # TOP_K_OFF or >= 1
-    top_p: float                # in (0, 1]; TOP_P_OFF disables
+    temperature: float  # 0: greedy
+    top_k: int  # TOP_K_OFF or >= 1
+    top_p: float  # in (0, 1]; TOP_P_OFF disables
     max_tokens: int
     seed: int | None
     stop: tuple[str, ...]
@@ -52,42 +53,54 @@ class EffectiveSampling:
 
     def engine_kwargs(self) -> dict:
         """Keyword arguments of ``RolloutEngine.generate``."""
-        return dict(n=self.n, temperature=self.temperature, top_k=self.top_k, top_p=self.top_p,
-                    max_tokens=self.max_tokens, seed=self.seed, stop=list(self.stop) or None)
+        return dict(
+            n=self.n,
+            temperature=self.temperature,
+            top_k=self.top_k,
+            top_p=self.top_p,
+            max_tokens=self.max_tokens,
+            seed=self.seed,
+            stop=list(self.stop) or None,
+        )
 
 
 def effective(s: common_pb2.SamplingParams) -> EffectiveSampling:
     return EffectiveSampling(
-        n=s.n, temperature=float(s.temperature),
+        n=s.n,
+        temperature=float(s.temperature),
         top_k=s.top_k if s.top_k > 0 else TOP_K_OFF,
         top_p=float(s.top_p) if 0 < s.top_p < 1 else TOP_P_OFF,
         max_tokens=s.max_tokens or DEFAULT_MAX_TOKENS,
-        seed=s.seed or None, stop=tuple(s.stop))
+        seed=s.seed or None,
+        stop=tuple(s.stop),
+    )
 
 
 @dataclass(frozen=True)
 class EffectiveExplore:
     """Exploration settings of one prompt job, defaults resolved (see ExploreParams)."""
 
-    oversample_m: int           # 0: off
-    dedup: str                  # off | keep_one | downweight
+    oversample_m: int  # 0: off
+    dedup: str  # off | keep_one | downweight
     dedup_method: str
     dedup_threshold: float
     embedding_model: str
-    retention: float            # 1: off
+    retention: float  # 1: off
     predictor: str
     predictor_prefix_tokens: int  # 0: the whole path
 
 
 def effective_explore(e: common_pb2.ExploreParams) -> EffectiveExplore:
     return EffectiveExplore(
-        oversample_m=e.oversample_m, dedup=e.dedup or "off",
+        oversample_m=e.oversample_m,
+        dedup=e.dedup or "off",
         dedup_method=e.dedup_method or DEFAULT_DEDUP_METHOD,
         dedup_threshold=e.dedup_threshold or DEFAULT_DEDUP_THRESHOLD,
         embedding_model=e.embedding_model,
         retention=e.retention if 0 < e.retention < 1 else 1.0,
         predictor=e.predictor or DEFAULT_PREDICTOR,
-        predictor_prefix_tokens=e.predictor_prefix_tokens)
+        predictor_prefix_tokens=e.predictor_prefix_tokens,
+    )
 
 
 def candidates(job: common_pb2.PromptJob) -> int:
@@ -112,7 +125,7 @@ def part_oversample(oversample_m: int, part: int, n: int) -> int:
 class JobPart:
     index: int
     count: int
-    path_offset: int                      # the part's first path index within the group
+    path_offset: int  # the part's first path index within the group
     sampling: common_pb2.SamplingParams
     explore: common_pb2.ExploreParams
 
@@ -123,13 +136,29 @@ def job_parts(sampling_cfg, explore_cfg, step: int) -> list[JobPart]:
     s, e = sampling_cfg, explore_cfg
     sizes = part_sizes(s.n, s.max_paths_per_job)
     per_job = sizes[0]
-    return [JobPart(
-        index=i, count=len(sizes), path_offset=i * per_job,
-        sampling=common_pb2.SamplingParams(n=size, temperature=s.temperature_at(step), top_k=s.top_k,
-                                           top_p=s.top_p, max_tokens=s.max_tokens, stop=s.stop),
-        explore=common_pb2.ExploreParams(
-            oversample_m=part_oversample(e.oversample_m, size, s.n), dedup=e.dedup,
-            dedup_threshold=e.dedup_threshold, dedup_method=e.dedup_method,
-            embedding_model=e.embedding_model, retention=e.retention, predictor=e.predictor,
-            predictor_prefix_tokens=e.predictor_prefix_tokens))
-        for i, size in enumerate(sizes)]
+    return [
+        JobPart(
+            index=i,
+            count=len(sizes),
+            path_offset=i * per_job,
+            sampling=common_pb2.SamplingParams(
+                n=size,
+                temperature=s.temperature_at(step),
+                top_k=s.top_k,
+                top_p=s.top_p,
+                max_tokens=s.max_tokens,
+                stop=s.stop,
+            ),
+            explore=common_pb2.ExploreParams(
+                oversample_m=part_oversample(e.oversample_m, size, s.n),
+                dedup=e.dedup,
+                dedup_threshold=e.dedup_threshold,
+                dedup_method=e.dedup_method,
+                embedding_model=e.embedding_model,
+                retention=e.retention,
+                predictor=e.predictor,
+                predictor_prefix_tokens=e.predictor_prefix_tokens,
+            ),
+        )
+        for i, size in enumerate(sizes)
+    ]

@@ -14,6 +14,7 @@ A schedule is a small frozen dataclass, callable as ``schedule(step) -> temperat
 ``from_config`` builds the schedule once (validating it) for callers that ask every step.
 Temperatures must be finite and > 0 (wide sampling needs a stochastic policy); steps ≥ 0.
 """
+
 from __future__ import annotations
 
 import bisect
@@ -23,7 +24,12 @@ from typing import Any, Callable, Mapping, Sequence, Union
 
 
 def _temperature(value: Any, name: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, (int, float))
+        or not math.isfinite(value)
+        or value <= 0
+    ):
         raise ValueError(f"{name} must be a finite temperature > 0, got {value!r}")
     return float(value)
 
@@ -54,15 +60,19 @@ class Staged:
     def __post_init__(self) -> None:
         bounds, temps = tuple(self.bounds), tuple(self.temps)
         if len(temps) != len(bounds) + 1:
-            raise ValueError(f"staged needs len(temps) == len(bounds) + 1, got {len(temps)} temps "
-                             f"for {len(bounds)} bounds")
+            raise ValueError(
+                f"staged needs len(temps) == len(bounds) + 1, got {len(temps)} temps "
+                f"for {len(bounds)} bounds"
+            )
         for b in bounds:
             if isinstance(b, bool) or not isinstance(b, int) or b < 0:
                 raise ValueError(f"staged bounds must be integers >= 0, got {b!r}")
         if any(b1 <= b0 for b0, b1 in zip(bounds, bounds[1:])):
             raise ValueError(f"staged bounds must be strictly increasing, got {list(bounds)}")
         object.__setattr__(self, "bounds", bounds)
-        object.__setattr__(self, "temps", tuple(_temperature(t, f"temps[{i}]") for i, t in enumerate(temps)))
+        object.__setattr__(
+            self, "temps", tuple(_temperature(t, f"temps[{i}]") for i, t in enumerate(temps))
+        )
 
     def __call__(self, step: int) -> float:
         return self.temps[bisect.bisect_right(self.bounds, _step(step))]
@@ -94,7 +104,9 @@ def constant(t: float = 1.0) -> Constant:
     return Constant(t)
 
 
-def staged(bounds: Sequence[int] = (1000, 3000), temps: Sequence[float] = (1.3, 0.9, 0.7)) -> Staged:
+def staged(
+    bounds: Sequence[int] = (1000, 3000), temps: Sequence[float] = (1.3, 0.9, 0.7)
+) -> Staged:
     return Staged(tuple(bounds), tuple(temps))
 
 
@@ -114,15 +126,21 @@ def from_config(schedule_config: Mapping[str, Any]) -> Schedule:
     """{"kind": ..., **params} -> schedule; unknown kind or parameter -> ValueError. Missing
     parameters take the defaults of constant/staged/linear."""
     if not isinstance(schedule_config, Mapping):
-        raise ValueError(f"a temperature schedule config must be a mapping with a 'kind', got {schedule_config!r}")
+        raise ValueError(
+            f"a temperature schedule config must be a mapping with a 'kind', got {schedule_config!r}"
+        )
     kind = schedule_config.get("kind")
     if kind not in _KINDS:
-        raise ValueError(f"unknown temperature schedule kind {kind!r}; valid kinds: {', '.join(KINDS)}")
+        raise ValueError(
+            f"unknown temperature schedule kind {kind!r}; valid kinds: {', '.join(KINDS)}"
+        )
     make, allowed = _KINDS[kind]
     params = {k: v for k, v in schedule_config.items() if k != "kind"}
     unknown = sorted(set(params) - allowed)
     if unknown:
-        raise ValueError(f"unknown parameter(s) {unknown} for a {kind!r} schedule; allowed: {sorted(allowed)}")
+        raise ValueError(
+            f"unknown parameter(s) {unknown} for a {kind!r} schedule; allowed: {sorted(allowed)}"
+        )
     return make(**params)
 
 

@@ -1,5 +1,6 @@
 """The common entry point of every service: parse config (file, env, ``key=value`` overrides),
 set up logging, log the resolved config, hand off to the service's ``serve(config)``."""
+
 from __future__ import annotations
 
 import argparse
@@ -15,13 +16,18 @@ C = TypeVar("C")
 
 
 def setup_logging(level: str = "INFO") -> None:
-    logging.basicConfig(level=getattr(logging, level.upper(), logging.INFO),
-                        format="%(asctime)s %(levelname)s %(name)s[%(process)d]: %(message)s")
+    logging.basicConfig(
+        level=getattr(logging, level.upper(), logging.INFO),
+        format="%(asctime)s %(levelname)s %(name)s[%(process)d]: %(message)s",
+    )
 
 
-def run_service(name: str, config_cls: type[C], serve: Callable[[C], None], argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog=f"python -m services.{name}",
-                                     description=f"brorl {name} service")
+def run_service(
+    name: str, config_cls: type[C], serve: Callable[[C], None], argv: Sequence[str] | None = None
+) -> int:
+    parser = argparse.ArgumentParser(
+        prog=f"python -m services.{name}", description=f"brorl {name} service"
+    )
     parser.add_argument("--config", help="YAML/JSON config file")
     parser.add_argument("--log-level", default="INFO")
     parser.add_argument("overrides", nargs="*", help="key.sub=value overrides (highest precedence)")

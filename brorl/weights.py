@@ -5,6 +5,7 @@ hashes them into ``manifest.json``, writes the ``STABLE`` marker and renames the
 into place atomically. Readers resolve a WeightVersion pointer (kept in Redis) and call
 ``verify`` before loading. The store never imports torch: it moves and checks files.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -44,15 +45,30 @@ class WeightStore:
         path.mkdir(parents=True)
         return path
 
-    def commit(self, version: int, staging: Path, kind: str = "full", base_version: int = 0,
-               meta: dict | None = None) -> common_pb2.WeightVersion:
+    def commit(
+        self,
+        version: int,
+        staging: Path,
+        kind: str = "full",
+        base_version: int = 0,
+        meta: dict | None = None,
+    ) -> common_pb2.WeightVersion:
         """Hash the staged files, write manifest + STABLE and move the version into place."""
-        files = {p.name: {"sha256": sha256_file(p), "bytes": p.stat().st_size}
-                 for p in sorted(staging.iterdir()) if p.is_file()}
+        files = {
+            p.name: {"sha256": sha256_file(p), "bytes": p.stat().st_size}
+            for p in sorted(staging.iterdir())
+            if p.is_file()
+        }
         if not files:
             raise FailedPrecondition(f"staging directory {staging} holds no files")
-        manifest = {"version": version, "kind": kind, "base_version": base_version,
-                    "files": files, "meta": meta or {}, "created": time.time()}
+        manifest = {
+            "version": version,
+            "kind": kind,
+            "base_version": base_version,
+            "files": files,
+            "meta": meta or {},
+            "created": time.time(),
+        }
         (staging / MANIFEST).write_text(json.dumps(manifest, indent=1, sort_keys=True))
         digest = sha256_file(staging / MANIFEST)
         (staging / STABLE).write_text(digest)
@@ -61,23 +77,34 @@ class WeightStore:
             shutil.rmtree(final)
         os.replace(staging, final)
         return common_pb2.WeightVersion(
-            version=version, uri=str(final.resolve()), sha256=digest, kind=kind,
-            base_version=base_version, created_ms=int(manifest["created"] * 1000),
-            bytes=sum(f["bytes"] for f in files.values()))
+            version=version,
+            uri=str(final.resolve()),
+            sha256=digest,
+            kind=kind,
+            base_version=base_version,
+            created_ms=int(manifest["created"] * 1000),
+            bytes=sum(f["bytes"] for f in files.values()),
+        )
 
     @staticmethod
     def verify(pointer: common_pb2.WeightVersion) -> Path:
         """Return the version's directory after checking marker, manifest hash and every file."""
         path = Path(pointer.uri)
         if not (path / STABLE).is_file():
-            raise FailedPrecondition(f"weight version {pointer.version} at {path} is not complete (no STABLE marker)")
+            raise FailedPrecondition(
+                f"weight version {pointer.version} at {path} is not complete (no STABLE marker)"
+            )
         digest = sha256_file(path / MANIFEST)
         if digest != pointer.sha256:
-            raise FailedPrecondition(f"weight version {pointer.version}: manifest sha256 {digest} != pointer {pointer.sha256}")
+            raise FailedPrecondition(
+                f"weight version {pointer.version}: manifest sha256 {digest} != pointer {pointer.sha256}"
+            )
         manifest = json.loads((path / MANIFEST).read_text())
         for name, info in manifest["files"].items():
             if sha256_file(path / name) != info["sha256"]:
-                raise FailedPrecondition(f"weight version {pointer.version}: file {name} is corrupt")
+                raise FailedPrecondition(
+                    f"weight version {pointer.version}: file {name} is corrupt"
+                )
         return path
 
     def prune(self, keep: int) -> None:
@@ -85,4 +112,3 @@ class WeightStore:
         versions = sorted(p for p in self.root.glob("v*") if (p / STABLE).exists())
         for old in versions[:-keep] if keep > 0 else []:
             shutil.rmtree(old, ignore_errors=True)
-

@@ -5,6 +5,7 @@
 prints one JSON object per directory: {"model": DIR, "accuracy": ...}. Weight-store versions
 hold weights and config but no tokenizer, hence --tokenizer.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -13,8 +14,12 @@ import sys
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--tokenizer", required=True, help="directory with the tokenizer (the warm-start model)")
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    ap.add_argument(
+        "--tokenizer", required=True, help="directory with the tokenizer (the warm-start model)"
+    )
     ap.add_argument("--n", type=int, default=200, help="held-out problems")
     ap.add_argument("models", nargs="+")
     args = ap.parse_args(argv)

@@ -4,6 +4,7 @@ The completion is the text generated after the prompt up to the first ``<eos>``;
 counts as solved when that text equals the reference answer exactly. A completion that
 never emits ``<eos>`` within ``max_new_tokens`` is wrong.
 """
+
 from __future__ import annotations
 
 import time
@@ -41,29 +42,34 @@ def default_max_new_tokens(problems: Sequence[Problem]) -> int:
     return max(len(p.answer) for p in problems) + 2
 
 
-def greedy_completions(model, tokenizer, prompts: Sequence[str], *, batch_size: int = 256,
-                       max_new_tokens: int = 8) -> list[str]:
+def greedy_completions(
+    model, tokenizer, prompts: Sequence[str], *, batch_size: int = 256, max_new_tokens: int = 8
+) -> list[str]:
     """Greedy completion text (up to, excluding, the first ``<eos>``) for each prompt."""
     import torch
 
     eos, pad = tokenizer.eos_token_id, tokenizer.pad_token_id
     out: list[str] = []
     for start in range(0, len(prompts), batch_size):
-        chunk = [tokenizer.encode(p) for p in prompts[start:start + batch_size]]
+        chunk = [tokenizer.encode(p) for p in prompts[start : start + batch_size]]
         width = max(len(ids) for ids in chunk)
-        input_ids = torch.full((len(chunk), width), pad, dtype=torch.long)        # (B, T)
-        attention = torch.zeros((len(chunk), width), dtype=torch.long)            # (B, T)
-        for row, ids in enumerate(chunk):                                         # left padding
-            input_ids[row, width - len(ids):] = torch.tensor(ids)
-            attention[row, width - len(ids):] = 1
+        input_ids = torch.full((len(chunk), width), pad, dtype=torch.long)  # (B, T)
+        attention = torch.zeros((len(chunk), width), dtype=torch.long)  # (B, T)
+        for row, ids in enumerate(chunk):  # left padding
+            input_ids[row, width - len(ids) :] = torch.tensor(ids)
+            attention[row, width - len(ids) :] = 1
         with torch.no_grad():
             gen = model.generate(
-                input_ids=input_ids, attention_mask=attention, do_sample=False,
-                max_new_tokens=max_new_tokens, eos_token_id=eos, pad_token_id=pad,
-            )[:, width:]                                                          # (B, new)
+                input_ids=input_ids,
+                attention_mask=attention,
+                do_sample=False,
+                max_new_tokens=max_new_tokens,
+                eos_token_id=eos,
+                pad_token_id=pad,
+            )[:, width:]  # (B, new)
         for row in gen.tolist():
             if eos in row:
-                text = tokenizer.decode(row[:row.index(eos)], skip_special_tokens=True)
+                text = tokenizer.decode(row[: row.index(eos)], skip_special_tokens=True)
             else:  # never stopped: mark with a character no answer contains
                 text = tokenizer.decode(row, skip_special_tokens=True) + "…"
             out.append(text)
@@ -80,7 +86,7 @@ def same_number(completion: str, answer: str) -> bool:
 
 @dataclass
 class EvalResult:
-    accuracy: float          # exact match: the score that counts
+    accuracy: float  # exact match: the score that counts
     n: int
     correct: int
     seconds: float
@@ -88,14 +94,25 @@ class EvalResult:
     examples: list[dict] = field(default_factory=list)  # a few (prompt, answer, completion)
 
     def to_dict(self) -> dict:
-        return {"accuracy": self.accuracy, "n": self.n, "correct": self.correct,
-                "numeric_accuracy": self.numeric_accuracy,
-                "seconds": round(self.seconds, 3), "examples": self.examples}
+        return {
+            "accuracy": self.accuracy,
+            "n": self.n,
+            "correct": self.correct,
+            "numeric_accuracy": self.numeric_accuracy,
+            "seconds": round(self.seconds, 3),
+            "examples": self.examples,
+        }
 
 
-def evaluate(model_or_path, problems: Sequence[Problem], *, tokenizer=None,
-             batch_size: int = 256, max_new_tokens: int | None = None,
-             n_examples: int = 5) -> EvalResult:
+def evaluate(
+    model_or_path,
+    problems: Sequence[Problem],
+    *,
+    tokenizer=None,
+    batch_size: int = 256,
+    max_new_tokens: int | None = None,
+    n_examples: int = 5,
+) -> EvalResult:
     """Greedy exact-match accuracy of a model (or model directory) on ``problems``."""
     import torch
 
@@ -112,21 +129,43 @@ def evaluate(model_or_path, problems: Sequence[Problem], *, tokenizer=None,
     try:
         with torch.no_grad():
             completions = greedy_completions(
-                model, tok, [p.prompt for p in problems], batch_size=batch_size,
-                max_new_tokens=max_new_tokens or default_max_new_tokens(problems))
+                model,
+                tok,
+                [p.prompt for p in problems],
+                batch_size=batch_size,
+                max_new_tokens=max_new_tokens or default_max_new_tokens(problems),
+            )
     finally:
         model.train(was_training)
     hits = [c == p.answer for c, p in zip(completions, problems)]
-    examples = [{"prompt": p.prompt, "answer": p.answer, "completion": c, "correct": h}
-                for p, c, h in list(zip(problems, completions, hits))[:n_examples]]
+    examples = [
+        {"prompt": p.prompt, "answer": p.answer, "completion": c, "correct": h}
+        for p, c, h in list(zip(problems, completions, hits))[:n_examples]
+    ]
     numeric = sum(same_number(c, p.answer) for c, p in zip(completions, problems))
-    return EvalResult(accuracy=sum(hits) / len(hits), n=len(hits), correct=sum(hits),
-                      seconds=time.perf_counter() - t0, numeric_accuracy=numeric / len(hits),
-                      examples=examples)
+    return EvalResult(
+        accuracy=sum(hits) / len(hits),
+        n=len(hits),
+        correct=sum(hits),
+        seconds=time.perf_counter() - t0,
+        numeric_accuracy=numeric / len(hits),
+        examples=examples,
+    )
 
 
-def greedy_accuracy(model_or_path, problems: Sequence[Problem], *, batch_size: int = 256,
-                    tokenizer=None, max_new_tokens: int | None = None) -> float:
+def greedy_accuracy(
+    model_or_path,
+    problems: Sequence[Problem],
+    *,
+    batch_size: int = 256,
+    tokenizer=None,
+    max_new_tokens: int | None = None,
+) -> float:
     """Fraction of ``problems`` whose greedy completion equals the answer exactly."""
-    return evaluate(model_or_path, problems, tokenizer=tokenizer, batch_size=batch_size,
-                    max_new_tokens=max_new_tokens).accuracy
+    return evaluate(
+        model_or_path,
+        problems,
+        tokenizer=tokenizer,
+        batch_size=batch_size,
+        max_new_tokens=max_new_tokens,
+    ).accuracy

@@ -3,6 +3,7 @@
 The model is a randomly initialised Qwen2-architecture network; vLLM and transformers both
 load the directory. Nothing is downloaded.
 """
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -22,14 +23,27 @@ def build_tokenizer():
     tok.pre_tokenizer = pre_tokenizers.Split(pattern="", behavior="isolated")
     tok.decoder = decoders.Fuse()
     return PreTrainedTokenizerFast(
-        tokenizer_object=tok, bos_token="<bos>", eos_token="<eos>",
-        pad_token="<pad>", unk_token="<unk>", clean_up_tokenization_spaces=False,
+        tokenizer_object=tok,
+        bos_token="<bos>",
+        eos_token="<eos>",
+        pad_token="<pad>",
+        unk_token="<unk>",
+        clean_up_tokenization_spaces=False,
     )
 
 
-def create_tiny_model(out_dir: str | Path, *, hidden_size: int = 128, layers: int = 4,
-                      heads: int = 4, kv_heads: int = 2, intermediate_size: int = 384,
-                      max_position: int = 64, seed: int = 0, tie_embeddings: bool = True) -> Path:
+def create_tiny_model(
+    out_dir: str | Path,
+    *,
+    hidden_size: int = 128,
+    layers: int = 4,
+    heads: int = 4,
+    kv_heads: int = 2,
+    intermediate_size: int = 384,
+    max_position: int = 64,
+    seed: int = 0,
+    tie_embeddings: bool = True,
+) -> Path:
     """Write a fresh random Qwen2 model + tokenizer to ``out_dir`` and return the path."""
     import torch
     from transformers import Qwen2Config, Qwen2ForCausalLM
@@ -39,11 +53,17 @@ def create_tiny_model(out_dir: str | Path, *, hidden_size: int = 128, layers: in
     tokenizer = build_tokenizer()
     torch.manual_seed(seed)
     config = Qwen2Config(
-        vocab_size=len(tokenizer), hidden_size=hidden_size, num_hidden_layers=layers,
-        num_attention_heads=heads, num_key_value_heads=kv_heads,
-        intermediate_size=intermediate_size, max_position_embeddings=max_position,
-        tie_word_embeddings=tie_embeddings, bos_token_id=tokenizer.bos_token_id,
-        eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id,
+        vocab_size=len(tokenizer),
+        hidden_size=hidden_size,
+        num_hidden_layers=layers,
+        num_attention_heads=heads,
+        num_key_value_heads=kv_heads,
+        intermediate_size=intermediate_size,
+        max_position_embeddings=max_position,
+        tie_word_embeddings=tie_embeddings,
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
         torch_dtype="float32",
     )
     model = Qwen2ForCausalLM(config)

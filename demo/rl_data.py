@@ -3,6 +3,7 @@ the same task distribution as the warm-start model and disjoint from the held-ou
 
     python -m demo.rl_data --model WARMSTART_DIR --out train.jsonl [--n 20000] [--seed 7]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -12,8 +13,14 @@ from pathlib import Path
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--model", required=True, help="warm-start model directory (its warmstart.json names the task)")
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    ap.add_argument(
+        "--model",
+        required=True,
+        help="warm-start model directory (its warmstart.json names the task)",
+    )
     ap.add_argument("--out", required=True)
     ap.add_argument("--n", type=int, default=20000)
     ap.add_argument("--seed", type=int, default=7)
@@ -25,12 +32,17 @@ def main(argv=None) -> int:
     base = WarmstartConfig.from_dict(meta["config"]) if meta else WarmstartConfig()
     task = task_kwargs(base)
     held = {p.prompt for p in heldout_problems(base.exclude_heldout, **task)}
-    n = min(args.n, count_distinct(task["max_digits"], task["ops"], task.get("min_digits", 1)) - len(held))
+    n = min(
+        args.n,
+        count_distinct(task["max_digits"], task["ops"], task.get("min_digits", 1)) - len(held),
+    )
     rows = problems(n, seed=args.seed, exclude=held, **task)
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_suffix(".tmp")
-    tmp.write_text("".join(json.dumps({"prompt": p.prompt, "reference": p.answer}) + "\n" for p in rows))
+    tmp.write_text(
+        "".join(json.dumps({"prompt": p.prompt, "reference": p.answer}) + "\n" for p in rows)
+    )
     tmp.replace(out)
     print(f"wrote {len(rows)} prompts to {out}")
     return 0

@@ -12,6 +12,7 @@ Operands: with ``min_digits == 1`` (the default) each operand is drawn below
 deliberately flawed (it forgets carries), so that the warm-started model is partial in a
 way a verifier-based RL phase can repair.
 """
+
 from __future__ import annotations
 
 import random
@@ -32,11 +33,10 @@ def _operand(rng: random.Random, min_digits: int, max_digits: int) -> int:
     if min_digits == 1:  # the original draw; kept call-for-call so old sets stay identical
         return rng.randrange(10 ** rng.randint(1, max_digits))
     d = rng.randint(min_digits, max_digits)
-    return rng.randrange(10 ** (d - 1), 10 ** d)
+    return rng.randrange(10 ** (d - 1), 10**d)
 
 
-def make_problem(rng: random.Random, max_digits: int, ops: str,
-                 min_digits: int = 1) -> Problem:
+def make_problem(rng: random.Random, max_digits: int, ops: str, min_digits: int = 1) -> Problem:
     if not 1 <= min_digits <= max_digits:
         raise ValueError(f"need 1 <= min_digits <= max_digits, got {min_digits}, {max_digits}")
     op = rng.choice(ops)
@@ -48,19 +48,29 @@ def make_problem(rng: random.Random, max_digits: int, ops: str,
 def count_distinct(max_digits: int, ops: str, min_digits: int = 1) -> int:
     """How many distinct prompts ``make_problem`` can produce."""
     low = 0 if min_digits == 1 else 10 ** (min_digits - 1)
-    return (10 ** max_digits - low) ** 2 * len(set(ops))
+    return (10**max_digits - low) ** 2 * len(set(ops))
 
 
 def all_problems(max_digits: int, ops: str, min_digits: int = 1) -> list[Problem]:
     """Every problem of the distribution, in a fixed order."""
     low = 0 if min_digits == 1 else 10 ** (min_digits - 1)
-    values = range(low, 10 ** max_digits)
-    return [Problem(f"{a}{op}{b}=", str(OPS[op](a, b)))
-            for op in dict.fromkeys(ops) for a in values for b in values]
+    values = range(low, 10**max_digits)
+    return [
+        Problem(f"{a}{op}{b}=", str(OPS[op](a, b)))
+        for op in dict.fromkeys(ops)
+        for a in values
+        for b in values
+    ]
 
 
-def problems(n: int, seed: int, max_digits: int = 3, ops: str = "+",
-             exclude: set[str] | None = None, min_digits: int = 1) -> list[Problem]:
+def problems(
+    n: int,
+    seed: int,
+    max_digits: int = 3,
+    ops: str = "+",
+    exclude: set[str] | None = None,
+    min_digits: int = 1,
+) -> list[Problem]:
     """n distinct problems drawn with ``seed``; prompts in ``exclude`` are skipped.
 
     Draws by rejection; when the space is nearly used up (many rejections in a row) the
@@ -85,24 +95,31 @@ def problems(n: int, seed: int, max_digits: int = 3, ops: str = "+",
                 raise ValueError(
                     f"cannot draw {n} distinct problems with max_digits={max_digits}, "
                     f"min_digits={min_digits}, ops={ops!r}: only {len(out) + len(rest)} "
-                    "exist outside the excluded set")
+                    "exist outside the excluded set"
+                )
             rng.shuffle(rest)
-            out.extend(rest[:n - len(out)])
+            out.extend(rest[: n - len(out)])
     return out
 
 
-def heldout_problems(n: int, max_digits: int = 3, ops: str = "+",
-                     min_digits: int = 1) -> list[Problem]:
+def heldout_problems(
+    n: int, max_digits: int = 3, ops: str = "+", min_digits: int = 1
+) -> list[Problem]:
     """The fixed held-out set (seed 1_000_003); train data must exclude these prompts.
 
     ``heldout_problems(n)`` is a prefix of ``heldout_problems(m)`` for ``n <= m``.
     """
-    return problems(n, seed=HELDOUT_SEED, max_digits=max_digits, ops=ops,
-                    min_digits=min_digits)
+    return problems(n, seed=HELDOUT_SEED, max_digits=max_digits, ops=ops, min_digits=min_digits)
 
 
-def column_sum(a: int, b: int, *, carry_drop: float = 0.0, final_carry_drop: float = 0.0,
-               rng: random.Random | None = None) -> str:
+def column_sum(
+    a: int,
+    b: int,
+    *,
+    carry_drop: float = 0.0,
+    final_carry_drop: float = 0.0,
+    rng: random.Random | None = None,
+) -> str:
     """``a + b`` by column addition, least significant digit first.
 
     A flawed demonstrator forgets carries: every carry with probability ``carry_drop``,
@@ -133,9 +150,15 @@ def answer_width(max_digits: int, ops: str) -> int:
     return max(widths[op] for op in set(ops))
 
 
-def teacher_answer(problem: Problem, *, carry_drop: float = 0.0,
-                   final_carry_drop: float = 0.0, zero_pad: float = 0.0,
-                   pad_width: int | None = None, rng: random.Random | None = None) -> str:
+def teacher_answer(
+    problem: Problem,
+    *,
+    carry_drop: float = 0.0,
+    final_carry_drop: float = 0.0,
+    zero_pad: float = 0.0,
+    pad_width: int | None = None,
+    rng: random.Random | None = None,
+) -> str:
     """The demonstrator's answer to ``problem``, drawn with ``rng``.
 
     Exact by default. Deliberate flaws, each applied independently:
@@ -147,8 +170,9 @@ def teacher_answer(problem: Problem, *, carry_drop: float = 0.0,
     answer = problem.answer
     if (carry_drop or final_carry_drop) and "+" in problem.prompt:
         a, b = problem.prompt.rstrip("=").split("+")
-        answer = column_sum(int(a), int(b), carry_drop=carry_drop,
-                            final_carry_drop=final_carry_drop, rng=rng)
+        answer = column_sum(
+            int(a), int(b), carry_drop=carry_drop, final_carry_drop=final_carry_drop, rng=rng
+        )
     if zero_pad:
         if rng is None or pad_width is None:
             raise ValueError("zero_pad needs an rng and a pad_width")

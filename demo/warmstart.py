@@ -17,6 +17,7 @@ once. Results are deterministic given the config and the torch thread count.
 Loss is next-token cross-entropy on the answer tokens and the closing ``<eos>`` only; the
 prompt is context. Train problems exclude the first ``exclude_heldout`` held-out prompts.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -28,8 +29,14 @@ import time
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
-from demo.task import (Problem, answer_width, count_distinct, heldout_problems, problems,
-                       teacher_answer)
+from demo.task import (
+    Problem,
+    answer_width,
+    count_distinct,
+    heldout_problems,
+    problems,
+    teacher_answer,
+)
 
 log = logging.getLogger(__name__)
 
@@ -42,15 +49,15 @@ class WarmstartConfig:
     """The defaults are the demo recipe (see the module docstring)."""
 
     # --- task (demo.task) ---
-    max_digits: int = 2            # operands have up to max_digits digits
-    min_digits: int = 1            # 1: small operands common; >1: exact widths
-    ops: str = "+"                 # operators drawn uniformly
-    exclude_heldout: int = 1000    # held-out prompts (fixed seed) never used for training
-    train_problems: int = 20_000   # size of the training pool (capped by the task's size)
+    max_digits: int = 2  # operands have up to max_digits digits
+    min_digits: int = 1  # 1: small operands common; >1: exact widths
+    ops: str = "+"  # operators drawn uniformly
+    exclude_heldout: int = 1000  # held-out prompts (fixed seed) never used for training
+    train_problems: int = 20_000  # size of the training pool (capped by the task's size)
     data_seed: int = 1
     # --- the demonstrator's deliberate flaws (demo.task.teacher_answer) ---
-    zero_pad: float = 0.7          # answers zero-padded ("098") with this probability
-    carry_drop: float = 0.0        # each carry forgotten with this probability
+    zero_pad: float = 0.7  # answers zero-padded ("098") with this probability
+    carry_drop: float = 0.0  # each carry forgotten with this probability
     final_carry_drop: float = 0.0  # the final carry (leading 1) forgotten with this prob.
     # --- model (demo.model.create_tiny_model) ---
     hidden_size: int = 128
@@ -65,11 +72,11 @@ class WarmstartConfig:
     batch_size: int = 64
     lr: float = 3e-3
     warmup_steps: int = 50
-    min_lr_ratio: float = 0.1      # cosine decay to lr * min_lr_ratio
+    min_lr_ratio: float = 0.1  # cosine decay to lr * min_lr_ratio
     weight_decay: float = 0.01
-    seed: int = 0                  # batch order and the demonstrator's draws
+    seed: int = 0  # batch order and the demonstrator's draws
     # --- measurement ---
-    eval_problems: int = 500       # held-out problems used for the recorded accuracy
+    eval_problems: int = 500  # held-out problems used for the recorded accuracy
 
     def hash(self) -> str:
         blob = json.dumps({"v": FORMAT_VERSION, **asdict(self)}, sort_keys=True)
@@ -95,8 +102,11 @@ def read_marker(out_dir: str | Path) -> dict | None:
 
 def is_cached(out_dir: str | Path, config: WarmstartConfig) -> bool:
     meta = read_marker(out_dir)
-    return (meta is not None and meta.get("config_hash") == config.hash()
-            and (Path(out_dir) / "config.json").exists())
+    return (
+        meta is not None
+        and meta.get("config_hash") == config.hash()
+        and (Path(out_dir) / "config.json").exists()
+    )
 
 
 def encode_examples(tokenizer, items: list[Problem]):
@@ -113,21 +123,31 @@ def encode_examples(tokenizer, items: list[Problem]):
         seqs.append(prompt + tokenizer.encode(p.answer) + [tokenizer.eos_token_id])
         n_prompt.append(len(prompt))
     width = max(len(s) for s in seqs)
-    ids = torch.full((len(seqs), width), tokenizer.pad_token_id, dtype=torch.long)   # (B, T)
-    targets = torch.full((len(seqs), width), -100, dtype=torch.long)                 # (B, T)
+    ids = torch.full((len(seqs), width), tokenizer.pad_token_id, dtype=torch.long)  # (B, T)
+    targets = torch.full((len(seqs), width), -100, dtype=torch.long)  # (B, T)
     for row, (s, k) in enumerate(zip(seqs, n_prompt)):
-        ids[row, :len(s)] = torch.tensor(s)
-        targets[row, k - 1:len(s) - 1] = torch.tensor(s[k:])
+        ids[row, : len(s)] = torch.tensor(s)
+        targets[row, k - 1 : len(s) - 1] = torch.tensor(s[k:])
     return ids, targets
 
 
-def teacher_batch(cfg: WarmstartConfig, items: list[Problem],
-                  rng: random.Random) -> list[Problem]:
+def teacher_batch(cfg: WarmstartConfig, items: list[Problem], rng: random.Random) -> list[Problem]:
     """``items`` with the demonstrator's answers (fresh draws of its flaws from ``rng``)."""
     pad_width = answer_width(cfg.max_digits, cfg.ops)
-    return [Problem(p.prompt, teacher_answer(
-        p, carry_drop=cfg.carry_drop, final_carry_drop=cfg.final_carry_drop,
-        zero_pad=cfg.zero_pad, pad_width=pad_width, rng=rng)) for p in items]
+    return [
+        Problem(
+            p.prompt,
+            teacher_answer(
+                p,
+                carry_drop=cfg.carry_drop,
+                final_carry_drop=cfg.final_carry_drop,
+                zero_pad=cfg.zero_pad,
+                pad_width=pad_width,
+                rng=rng,
+            ),
+        )
+        for p in items
+    ]
 
 
 def _lr_at(step: int, cfg: WarmstartConfig) -> float:
@@ -143,8 +163,12 @@ def train_problems(cfg: WarmstartConfig) -> list[Problem]:
     held = heldout_problems(cfg.exclude_heldout, **task_kwargs(cfg))
     # Small spaces (e.g. 2-digit addition) cannot supply train_problems distinct prompts.
     room = int(0.8 * (count_distinct(**task_kwargs(cfg)) - len(held)))
-    return problems(min(cfg.train_problems, room), seed=cfg.data_seed,
-                    exclude={p.prompt for p in held}, **task_kwargs(cfg))
+    return problems(
+        min(cfg.train_problems, room),
+        seed=cfg.data_seed,
+        exclude={p.prompt for p in held},
+        **task_kwargs(cfg),
+    )
 
 
 def task_kwargs(cfg: WarmstartConfig) -> dict:
@@ -152,8 +176,14 @@ def task_kwargs(cfg: WarmstartConfig) -> dict:
     return {"max_digits": cfg.max_digits, "ops": cfg.ops, "min_digits": cfg.min_digits}
 
 
-def warmstart(out_dir: str | Path, config: WarmstartConfig | None = None, *,
-              progress: bool = True, force: bool = False, **overrides) -> Path:
+def warmstart(
+    out_dir: str | Path,
+    config: WarmstartConfig | None = None,
+    *,
+    progress: bool = True,
+    force: bool = False,
+    **overrides,
+) -> Path:
     """Train (or find cached) the warm-start model in ``out_dir`` and return its path.
 
     ``overrides`` are ``WarmstartConfig`` fields, e.g. ``warmstart(d, steps=10)``.
@@ -179,9 +209,15 @@ def warmstart(out_dir: str | Path, config: WarmstartConfig | None = None, *,
     if marker.exists():
         marker.unlink()  # the directory is being rewritten: no stale claim survives a crash
     model_factory.create_tiny_model(
-        out, hidden_size=cfg.hidden_size, layers=cfg.layers, heads=cfg.heads,
-        kv_heads=cfg.kv_heads, intermediate_size=cfg.intermediate_size,
-        max_position=cfg.max_position, seed=cfg.model_seed)
+        out,
+        hidden_size=cfg.hidden_size,
+        layers=cfg.layers,
+        heads=cfg.heads,
+        kv_heads=cfg.kv_heads,
+        intermediate_size=cfg.intermediate_size,
+        max_position=cfg.max_position,
+        seed=cfg.model_seed,
+    )
     tokenizer = load_tokenizer(out)
     model = AutoModelForCausalLM.from_pretrained(str(out), dtype=torch.float32)
     model.train()
@@ -192,9 +228,10 @@ def warmstart(out_dir: str | Path, config: WarmstartConfig | None = None, *,
     teacher_rng = random.Random(cfg.seed)
     flawed = bool(cfg.carry_drop or cfg.final_carry_drop or cfg.zero_pad)
     if not flawed:
-        ids, targets = encode_examples(tokenizer, data)             # (P, T), (P, T)
-    opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, betas=(0.9, 0.98),
-                            weight_decay=cfg.weight_decay)
+        ids, targets = encode_examples(tokenizer, data)  # (P, T), (P, T)
+    opt = torch.optim.AdamW(
+        model.parameters(), lr=cfg.lr, betas=(0.9, 0.98), weight_decay=cfg.weight_decay
+    )
     bar = tqdm(range(cfg.steps), desc="warm-start SFT", disable=not progress, mininterval=0.5)
     ema = None
     for step in bar:
@@ -203,14 +240,15 @@ def warmstart(out_dir: str | Path, config: WarmstartConfig | None = None, *,
         idx = torch.randint(0, len(data), (cfg.batch_size,), generator=gen)
         if flawed:  # the flawed teacher answers afresh every time
             batch = teacher_batch(cfg, [data[i] for i in idx.tolist()], teacher_rng)
-            x, y = encode_examples(tokenizer, batch)                 # (B, T)
+            x, y = encode_examples(tokenizer, batch)  # (B, T)
         else:
-            x, y = ids[idx], targets[idx]                            # (B, T)
+            x, y = ids[idx], targets[idx]  # (B, T)
         used = int((x != pad).sum(1).max())
         x, y = x[:, :used], y[:, :used]
-        logits = model(input_ids=x, attention_mask=(x != pad).long()).logits   # (B, T, V)
-        loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1),
-                               ignore_index=-100)
+        logits = model(input_ids=x, attention_mask=(x != pad).long()).logits  # (B, T, V)
+        loss = F.cross_entropy(
+            logits.reshape(-1, logits.shape[-1]), y.reshape(-1), ignore_index=-100
+        )
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
@@ -226,14 +264,22 @@ def warmstart(out_dir: str | Path, config: WarmstartConfig | None = None, *,
     held = heldout_problems(cfg.eval_problems, **task_kwargs(cfg))
     result = evaluate(model, held, tokenizer=tokenizer)
     meta = {
-        "config_hash": cfg.hash(), "config": asdict(cfg), "heldout_accuracy": result.accuracy,
-        "heldout_numeric_accuracy": result.numeric_accuracy, "heldout_n": result.n,
-        "final_loss": ema, "train_seconds": round(train_seconds, 2),
+        "config_hash": cfg.hash(),
+        "config": asdict(cfg),
+        "heldout_accuracy": result.accuracy,
+        "heldout_numeric_accuracy": result.numeric_accuracy,
+        "heldout_n": result.n,
+        "final_loss": ema,
+        "train_seconds": round(train_seconds, 2),
         "params": sum(p.numel() for p in model.parameters()),
     }
     tmp = out / (MARKER + ".tmp")
     tmp.write_text(json.dumps(meta, indent=2) + "\n")
     tmp.replace(marker)
-    log.info("warm-start done in %.1fs: held-out accuracy %.3f (n=%d)",
-             train_seconds, result.accuracy, result.n)
+    log.info(
+        "warm-start done in %.1fs: held-out accuracy %.3f (n=%d)",
+        train_seconds,
+        result.accuracy,
+        result.n,
+    )
     return out

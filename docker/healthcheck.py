@@ -6,6 +6,7 @@ Exit codes: 0 SERVING, 1 anything else (NOT_SERVING, no answer, deadline), 2 bad
 Imports only grpcio and grpcio-health-checking, so a check costs a fraction of a second; the
 services start NOT_SERVING and turn SERVING only once they can work (model loaded, ...).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -20,7 +21,8 @@ def check(address: str, service: str = "", timeout: float = 3.0) -> tuple[bool, 
     try:
         with grpc.insecure_channel(address) as channel:
             response = health_pb2_grpc.HealthStub(channel).Check(
-                health_pb2.HealthCheckRequest(service=service), timeout=timeout)
+                health_pb2.HealthCheckRequest(service=service), timeout=timeout
+            )
     except grpc.RpcError as exc:
         return False, exc.code().name
     status = health_pb2.HealthCheckResponse.ServingStatus.Name(response.status)
@@ -30,11 +32,18 @@ def check(address: str, service: str = "", timeout: float = 3.0) -> tuple[bool, 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="healthcheck.py", description=__doc__.splitlines()[0])
     parser.add_argument("address", help="host:port of the gRPC server")
-    parser.add_argument("service", nargs="?", default="", help="service name; empty: the whole server")
-    parser.add_argument("--timeout", type=float, default=3.0, help="deadline of the call in seconds")
+    parser.add_argument(
+        "service", nargs="?", default="", help="service name; empty: the whole server"
+    )
+    parser.add_argument(
+        "--timeout", type=float, default=3.0, help="deadline of the call in seconds"
+    )
     args = parser.parse_args(argv)
     ok, seen = check(args.address, args.service, args.timeout)
-    print(f"{args.address} {args.service or '(server)'}: {seen}", file=sys.stdout if ok else sys.stderr)
+    print(
+        f"{args.address} {args.service or '(server)'}: {seen}",
+        file=sys.stdout if ok else sys.stderr,
+    )
     return 0 if ok else 1
 
 

@@ -37,8 +37,17 @@ def group_advantages_reference(
 
 
 def _group_adv_kernel(
-    r_ptr, adv_ptr, deg_ptr, P, G, stride_p, eps, inv_dof,
-    NORMALIZE: tl.constexpr, BLOCK_P: tl.constexpr, BLOCK_G: tl.constexpr,
+    r_ptr,
+    adv_ptr,
+    deg_ptr,
+    P,
+    G,
+    stride_p,
+    eps,
+    inv_dof,
+    NORMALIZE: tl.constexpr,
+    BLOCK_P: tl.constexpr,
+    BLOCK_G: tl.constexpr,
 ):
     # Each program normalises BLOCK_P whole groups held in registers: (BLOCK_P, BLOCK_G).
     rows = tl.program_id(0) * BLOCK_P + tl.arange(0, BLOCK_P)  # (BLOCK_P,)
@@ -46,7 +55,9 @@ def _group_adv_kernel(
     row_ok = rows < P
     valid = row_ok[:, None] & (cols < G)[None, :]
     rows64 = rows.to(tl.int64)
-    r = tl.load(r_ptr + rows64[:, None] * stride_p + cols[None, :], mask=valid, other=0.0).to(tl.float32)
+    r = tl.load(r_ptr + rows64[:, None] * stride_p + cols[None, :], mask=valid, other=0.0).to(
+        tl.float32
+    )
     mean = tl.sum(r, axis=1) / G  # (BLOCK_P,)
     d = tl.where(valid, r - mean[:, None], 0.0)
     r_max = tl.max(tl.where(valid, r, float("-inf")), axis=1)
@@ -76,8 +87,18 @@ def _group_advantages_triton(rewards: torch.Tensor, normalize_std: bool, eps: fl
     warps = 8 if block_p * block_g >= 4096 else 4
     if P > 0 and G > 0:
         _kernel[(triton.cdiv(P, block_p),)](
-            rewards, adv, deg, P, G, rewards.stride(0), float(eps), 1.0 / max(G - 1, 1),
-            NORMALIZE=bool(normalize_std), BLOCK_P=block_p, BLOCK_G=block_g, num_warps=warps,
+            rewards,
+            adv,
+            deg,
+            P,
+            G,
+            rewards.stride(0),
+            float(eps),
+            1.0 / max(G - 1, 1),
+            NORMALIZE=bool(normalize_std),
+            BLOCK_P=block_p,
+            BLOCK_G=block_g,
+            num_warps=warps,
         )
     return adv, deg.bool()
 

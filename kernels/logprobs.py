@@ -24,7 +24,6 @@ gradient has the logits' dtype. Logits may be a strided view with a contiguous l
 from __future__ import annotations
 
 import torch
-import triton
 import triton.language as tl
 
 from kernels.dispatch import LazyKernel, next_power_of_2, use_triton
@@ -124,7 +123,9 @@ class _ChunkedTorch(torch.autograd.Function):
             g = d.mul_(b).sub_(a).mul_(p)
             local = ids - c0  # (B, T)
             inside = (local >= 0) & (local < c1 - c0)
-            g.scatter_add_(-1, local.clamp(0, c1 - c0 - 1).unsqueeze(-1), (g_id * inside).unsqueeze(-1))
+            g.scatter_add_(
+                -1, local.clamp(0, c1 - c0 - 1).unsqueeze(-1), (g_id * inside).unsqueeze(-1)
+            )
             grad[..., c0:c1].copy_(g)
         return grad, None, None, None
 
@@ -133,8 +134,16 @@ class _ChunkedTorch(torch.autograd.Function):
 
 
 def _logprobs_fwd_kernel(
-    logits_ptr, ids_ptr, logp_ptr, ent_ptr, lse_ptr,
-    T, V, stride_b, stride_t, temperature,
+    logits_ptr,
+    ids_ptr,
+    logp_ptr,
+    ent_ptr,
+    lse_ptr,
+    T,
+    V,
+    stride_b,
+    stride_t,
+    temperature,
     BLOCK_V: tl.constexpr,
 ):
     # One program per (b, t) row; per-lane online max / sum / entropy accumulators.
@@ -167,8 +176,18 @@ def _logprobs_fwd_kernel(
 
 
 def _logprobs_bwd_kernel(
-    logits_ptr, ids_ptr, lse_ptr, ent_ptr, glogp_ptr, gent_ptr, grad_ptr,
-    T, V, stride_b, stride_t, temperature,
+    logits_ptr,
+    ids_ptr,
+    lse_ptr,
+    ent_ptr,
+    glogp_ptr,
+    gent_ptr,
+    grad_ptr,
+    T,
+    V,
+    stride_b,
+    stride_t,
+    temperature,
     BLOCK_V: tl.constexpr,
 ):
     row = tl.program_id(0).to(tl.int64)
@@ -213,8 +232,18 @@ class _TritonLogprobs(torch.autograd.Function):
         block, warps = _triton_block(V, chunk_size)
         if B * T > 0:
             _fwd_kernel[(B * T,)](
-                logits, ids_flat, logp, ent, lse, T, V, logits.stride(0), logits.stride(1),
-                float(temperature), BLOCK_V=block, num_warps=warps,
+                logits,
+                ids_flat,
+                logp,
+                ent,
+                lse,
+                T,
+                V,
+                logits.stride(0),
+                logits.stride(1),
+                float(temperature),
+                BLOCK_V=block,
+                num_warps=warps,
             )
         ctx.save_for_backward(logits, ids_flat, lse, ent)
         ctx.temperature, ctx.chunk_size = temperature, chunk_size
@@ -230,9 +259,20 @@ class _TritonLogprobs(torch.autograd.Function):
         block, warps = _triton_block(V, ctx.chunk_size)
         if B * T > 0:
             _bwd_kernel[(B * T,)](
-                logits, ids_flat, lse, ent, g_logp, g_ent, grad, T, V,
-                logits.stride(0), logits.stride(1), float(ctx.temperature),
-                BLOCK_V=block, num_warps=warps,
+                logits,
+                ids_flat,
+                lse,
+                ent,
+                g_logp,
+                g_ent,
+                grad,
+                T,
+                V,
+                logits.stride(0),
+                logits.stride(1),
+                float(ctx.temperature),
+                BLOCK_V=block,
+                num_warps=warps,
             )
         return grad, None, None, None
 
@@ -251,7 +291,9 @@ def token_logprobs_entropy(
     (see kernels.dispatch).
     """
     if logits.dim() != 3 or ids.shape != logits.shape[:2]:
-        raise ValueError(f"want logits (B, T, V) and ids (B, T); got {tuple(logits.shape)}, {tuple(ids.shape)}")
+        raise ValueError(
+            f"want logits (B, T, V) and ids (B, T); got {tuple(logits.shape)}, {tuple(ids.shape)}"
+        )
     if not logits.is_floating_point():
         raise ValueError(f"logits must be floating point, got {logits.dtype}")
     if not temperature > 0:

@@ -33,8 +33,16 @@ _BLOCK = 1024
 
 
 def clipped_policy_loss_reference(
-    logp, old_logp, advantages, mask, eps_low=0.2, eps_high=0.2, ref_logp=None,
-    kl_coef=0.0, kl_estimator="k3", tis_weight=None,
+    logp,
+    old_logp,
+    advantages,
+    mask,
+    eps_low=0.2,
+    eps_high=0.2,
+    ref_logp=None,
+    kl_coef=0.0,
+    kl_estimator="k3",
+    tis_weight=None,
 ) -> tuple[torch.Tensor, dict]:
     """Plain PyTorch with autograd (the test oracle)."""
     A = advantages.detach()
@@ -121,10 +129,23 @@ class _PolicyLossTorch(torch.autograd.Function):
 
 
 def _policy_loss_fwd_kernel(
-    logp_ptr, old_ptr, adv_ptr, mask_ptr, ref_ptr, tis_ptr, part_ptr,
-    N, T, lo, hi, kl_coef,
-    ADV_PER_TOKEN: tl.constexpr, HAS_REF: tl.constexpr, HAS_TIS: tl.constexpr,
-    KL_EST: tl.constexpr, BLOCK: tl.constexpr,
+    logp_ptr,
+    old_ptr,
+    adv_ptr,
+    mask_ptr,
+    ref_ptr,
+    tis_ptr,
+    part_ptr,
+    N,
+    T,
+    lo,
+    hi,
+    kl_coef,
+    ADV_PER_TOKEN: tl.constexpr,
+    HAS_REF: tl.constexpr,
+    HAS_TIS: tl.constexpr,
+    KL_EST: tl.constexpr,
+    BLOCK: tl.constexpr,
 ):
     # Each program reduces BLOCK tokens to 5 partial sums: loss, mask, clipped, ratio, kl.
     pid = tl.program_id(0)
@@ -162,10 +183,24 @@ def _policy_loss_fwd_kernel(
 
 
 def _policy_loss_bwd_kernel(
-    logp_ptr, old_ptr, adv_ptr, mask_ptr, ref_ptr, tis_ptr, scale_ptr, grad_ptr,
-    N, T, lo, hi, kl_coef,
-    ADV_PER_TOKEN: tl.constexpr, HAS_REF: tl.constexpr, HAS_TIS: tl.constexpr,
-    KL_EST: tl.constexpr, BLOCK: tl.constexpr,
+    logp_ptr,
+    old_ptr,
+    adv_ptr,
+    mask_ptr,
+    ref_ptr,
+    tis_ptr,
+    scale_ptr,
+    grad_ptr,
+    N,
+    T,
+    lo,
+    hi,
+    kl_coef,
+    ADV_PER_TOKEN: tl.constexpr,
+    HAS_REF: tl.constexpr,
+    HAS_TIS: tl.constexpr,
+    KL_EST: tl.constexpr,
+    BLOCK: tl.constexpr,
 ):
     pid = tl.program_id(0)
     offs = pid.to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
@@ -210,15 +245,30 @@ class _PolicyLossTriton(torch.autograd.Function):
         lp = logp.detach().contiguous()
         dummy = m  # stands in for absent ref / tis pointers (never read)
         meta = dict(
-            ADV_PER_TOKEN=A.dim() == 2, HAS_REF=ref is not None, HAS_TIS=tis is not None,
-            KL_EST=est, BLOCK=_BLOCK, num_warps=4,
+            ADV_PER_TOKEN=A.dim() == 2,
+            HAS_REF=ref is not None,
+            HAS_TIS=tis is not None,
+            KL_EST=est,
+            BLOCK=_BLOCK,
+            num_warps=4,
         )
         nblocks = triton.cdiv(N, _BLOCK)
         part = torch.zeros((max(nblocks, 1), 5), dtype=torch.float32, device=logp.device)
         if N > 0:
             _fwd_kernel[(nblocks,)](
-                lp, old, A, m, ref if ref is not None else dummy, tis if tis is not None else dummy,
-                part, N, T, lo, hi, kl_coef, **meta,
+                lp,
+                old,
+                A,
+                m,
+                ref if ref is not None else dummy,
+                tis if tis is not None else dummy,
+                part,
+                N,
+                T,
+                lo,
+                hi,
+                kl_coef,
+                **meta,
             )
         sums = part.sum(0)  # (5,)
         den = sums[1].clamp(min=1.0)
@@ -236,8 +286,20 @@ class _PolicyLossTriton(torch.autograd.Function):
         grad = torch.empty_like(lp)  # (B, T)
         if N > 0:
             _bwd_kernel[(triton.cdiv(N, _BLOCK),)](
-                lp, old, A, m, ref if ref is not None else m, tis if tis is not None else m,
-                scale, grad, N, T, lo, hi, kl_coef, **meta,
+                lp,
+                old,
+                A,
+                m,
+                ref if ref is not None else m,
+                tis if tis is not None else m,
+                scale,
+                grad,
+                N,
+                T,
+                lo,
+                hi,
+                kl_coef,
+                **meta,
             )
         return (grad,) + (None,) * 9
 
@@ -246,8 +308,16 @@ class _PolicyLossTriton(torch.autograd.Function):
 
 
 def clipped_policy_loss(
-    logp, old_logp, advantages, mask, eps_low=0.2, eps_high=0.2, ref_logp=None,
-    kl_coef=0.0, kl_estimator="k3", tis_weight=None,
+    logp,
+    old_logp,
+    advantages,
+    mask,
+    eps_low=0.2,
+    eps_high=0.2,
+    ref_logp=None,
+    kl_coef=0.0,
+    kl_estimator="k3",
+    tis_weight=None,
 ) -> tuple[torch.Tensor, dict]:
     """Masked token-mean clipped surrogate (+ kl_coef * KL); see the module docstring.
 
@@ -256,11 +326,20 @@ def clipped_policy_loss(
     """
     if logp.dim() != 2:
         raise ValueError(f"want logp (B, T), got shape {tuple(logp.shape)}")
-    for name, x in (("old_logp", old_logp), ("mask", mask), ("ref_logp", ref_logp), ("tis_weight", tis_weight)):
+    for name, x in (
+        ("old_logp", old_logp),
+        ("mask", mask),
+        ("ref_logp", ref_logp),
+        ("tis_weight", tis_weight),
+    ):
         if x is not None and x.shape != logp.shape:
-            raise ValueError(f"{name} must have logp's shape {tuple(logp.shape)}, got {tuple(x.shape)}")
+            raise ValueError(
+                f"{name} must have logp's shape {tuple(logp.shape)}, got {tuple(x.shape)}"
+            )
     if advantages.shape not in (logp.shape, logp.shape[:1]):
-        raise ValueError(f"advantages must be (B,) or (B, T) for logp {tuple(logp.shape)}, got {tuple(advantages.shape)}")
+        raise ValueError(
+            f"advantages must be (B,) or (B, T) for logp {tuple(logp.shape)}, got {tuple(advantages.shape)}"
+        )
     if kl_estimator not in _KL:
         raise ValueError(f"kl_estimator must be one of {sorted(_KL)}, got {kl_estimator!r}")
     if not (0.0 <= eps_low < 1.0 and eps_high >= 0.0):

@@ -16,13 +16,16 @@ def _redis_answers(host: str = "127.0.0.1", port: int = 6379) -> bool:
 
 def pytest_runtest_setup(item):
     if "redis" in item.keywords and not _redis_answers():
-        pytest.fail("this test needs Redis on 127.0.0.1:6379: start one with scripts/ensure_redis.sh",
-                    pytrace=False)
+        pytest.fail(
+            "this test needs Redis on 127.0.0.1:6379: start one with scripts/ensure_redis.sh",
+            pytrace=False,
+        )
 
 
 def pytest_collection_modifyitems(config, items):
     try:
         import torch
+
         has_cuda = torch.cuda.is_available()
     except Exception:  # torch missing: no GPU tests either
         has_cuda = False

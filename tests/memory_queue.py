@@ -2,6 +2,7 @@
 tests of the loops that are about their own rules (the Redis path is covered by
 tests/unit/test_queue.py and the e2e tests). Same at-least-once semantics: an entry read and
 not acked stays pending and comes back from ``take_over``."""
+
 from __future__ import annotations
 
 import itertools
@@ -13,12 +14,12 @@ from brorl.v1 import common_pb2
 
 class MemoryStreamQueue:
     def __init__(self, on_empty: Callable[[], None] = lambda: None):
-        self.entries: dict[str, bytes] = {}     # every entry put, by id
-        self.new: list[str] = []                # not yet delivered
-        self.pending: dict[str, int] = {}       # delivered, not acked → deliveries
+        self.entries: dict[str, bytes] = {}  # every entry put, by id
+        self.new: list[str] = []  # not yet delivered
+        self.pending: dict[str, int] = {}  # delivered, not acked → deliveries
         self.acked: set[str] = set()
-        self.dead: list[tuple[str, str]] = []   # (entry id, reason)
-        self.on_empty = on_empty                # e.g. a fake rollout that answers pending jobs
+        self.dead: list[tuple[str, str]] = []  # (entry id, reason)
+        self.on_empty = on_empty  # e.g. a fake rollout that answers pending jobs
         self._ids = itertools.count(1)
 
     def put(self, data: bytes) -> str:

@@ -1,4 +1,5 @@
 """Polled waits for tests: wait for the condition, not for a guessed number of seconds."""
+
 from __future__ import annotations
 
 import time
@@ -7,8 +8,9 @@ from typing import Callable, TypeVar
 T = TypeVar("T")
 
 
-def wait_until(probe: Callable[[], T], timeout: float = 10.0, interval: float = 0.01,
-               what: str = "condition") -> T:
+def wait_until(
+    probe: Callable[[], T], timeout: float = 10.0, interval: float = 0.01, what: str = "condition"
+) -> T:
     """Call ``probe`` until it returns something truthy and return that; AssertionError
     naming ``what`` after ``timeout`` seconds."""
     deadline = time.monotonic() + timeout

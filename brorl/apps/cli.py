@@ -1,15 +1,16 @@
 """The ``brorl`` command line: the CPU demo, a local cluster, and clients of the services.
 
-    brorl demo                       warm-start (cached) + local cluster + RL run + evaluation
-    brorl sweep                      the BroRL table: N in {16,64,256,512}, equal samples / steps
-    brorl cluster --model DIR        reward + K rollout workers + learner as local processes
-    brorl run start CONFIG           start a run on a learner (watch with --watch)
-    brorl run status|watch|stop|checkpoint RUN_ID
-    brorl generate PROMPT --n 8      sample paths from a rollout service
-    brorl score --fn NAME ...        score one completion
-    brorl warmstart / brorl eval     the demo model's supervised warm-start and its evaluation
-    brorl rm train ...               train a pairwise reward model
+brorl demo                       warm-start (cached) + local cluster + RL run + evaluation
+brorl sweep                      the BroRL table: N in {16,64,256,512}, equal samples / steps
+brorl cluster --model DIR        reward + K rollout workers + learner as local processes
+brorl run start CONFIG           start a run on a learner (watch with --watch)
+brorl run status|watch|stop|checkpoint RUN_ID
+brorl generate PROMPT --n 8      sample paths from a rollout service
+brorl score --fn NAME ...        score one completion
+brorl warmstart / brorl eval     the demo model's supervised warm-start and its evaluation
+brorl rm train ...               train a pairwise reward model
 """
+
 from __future__ import annotations
 
 import argparse
@@ -38,15 +39,25 @@ def _passthrough(module: str, args: list[str]) -> int:
 
 
 def cmd_cluster(args) -> int:
-    spec = ClusterSpec(model=args.model, workdir=Path(args.workdir), rollout_workers=args.workers,
-                       redis_url=args.redis_url, namespace=args.namespace, reward_port=args.reward_port,
-                       learner_port=args.learner_port, rollout_base_port=args.rollout_base_port)
+    spec = ClusterSpec(
+        model=args.model,
+        workdir=Path(args.workdir),
+        rollout_workers=args.workers,
+        redis_url=args.redis_url,
+        namespace=args.namespace,
+        reward_port=args.reward_port,
+        learner_port=args.learner_port,
+        rollout_base_port=args.rollout_base_port,
+    )
     try:
         with Cluster(spec) as cluster:
             pids = ", ".join(f"{p.name} {p.popen.pid}" for p in cluster.procs)
-            print(f"cluster ready: learner {cluster.learner_address}, reward {cluster.reward_address}, "
-                  f"rollout {', '.join(cluster.rollout_address(i) for i in range(args.workers)) or '-'}; "
-                  f"pids: {pids}; logs in {cluster.logs}", flush=True)
+            print(
+                f"cluster ready: learner {cluster.learner_address}, reward {cluster.reward_address}, "
+                f"rollout {', '.join(cluster.rollout_address(i) for i in range(args.workers)) or '-'}; "
+                f"pids: {pids}; logs in {cluster.logs}",
+                flush=True,
+            )
             print("Ctrl-C stops every process.", flush=True)
             try:
                 while True:
@@ -54,7 +65,7 @@ def cmd_cluster(args) -> int:
                     time.sleep(1.0)
             except KeyboardInterrupt:
                 print("\nstopping", flush=True)
-    except (RuntimeError, TimeoutError) as exc:   # a service died or never became ready: all stopped
+    except (RuntimeError, TimeoutError) as exc:  # a service died or never became ready: all stopped
         print(f"error: {exc}\nstopped every process of the cluster", file=sys.stderr)
         return 1
     return 0
@@ -69,12 +80,27 @@ def cmd_run(args) -> int:
             print(json.dumps(watch_run(client, info.run_id, info.total_steps)))
     elif args.action == "status":
         info = client.get(args.target)
-        print(json.dumps({"run_id": info.run_id, "state": info.state, "step": info.step, "total_steps": info.total_steps,
-                          "weight_version": info.weight_version, "message": info.message,
-                          "metrics": dict(info.last_metrics)}, indent=1))
+        print(
+            json.dumps(
+                {
+                    "run_id": info.run_id,
+                    "state": info.state,
+                    "step": info.step,
+                    "total_steps": info.total_steps,
+                    "weight_version": info.weight_version,
+                    "message": info.message,
+                    "metrics": dict(info.last_metrics),
+                },
+                indent=1,
+            )
+        )
     elif args.action == "watch":
         for m in client.watch(args.target):
-            print(json.dumps({"step": m.step, "event": m.event, "message": m.message, **dict(m.values)}))
+            print(
+                json.dumps(
+                    {"step": m.step, "event": m.event, "message": m.message, **dict(m.values)}
+                )
+            )
     elif args.action == "stop":
         print(client.stop(args.target).state)
     elif args.action == "checkpoint":
@@ -84,24 +110,52 @@ def cmd_run(args) -> int:
 
 
 def cmd_generate(args) -> int:
-    resp = RolloutClient(args.rollout).generate(args.prompt, n=args.n, temperature=args.temperature,
-                                                max_tokens=args.max_tokens, top_k=args.top_k, top_p=args.top_p)
+    resp = RolloutClient(args.rollout).generate(
+        args.prompt,
+        n=args.n,
+        temperature=args.temperature,
+        max_tokens=args.max_tokens,
+        top_k=args.top_k,
+        top_p=args.top_p,
+    )
     for p in resp.paths:
-        print(json.dumps({"path_id": p.path_id, "text": p.text, "finish_reason": p.finish_reason,
-                          "weight_version": p.weight_version, "logprob": sum(p.logprobs)}))
+        print(
+            json.dumps(
+                {
+                    "path_id": p.path_id,
+                    "text": p.text,
+                    "finish_reason": p.finish_reason,
+                    "weight_version": p.weight_version,
+                    "logprob": sum(p.logprobs),
+                }
+            )
+        )
     return 0
 
 
 def cmd_score(args) -> int:
-    resp = RewardClient(args.reward).score_batch(args.fn, [{"prompt": args.prompt, "completion": args.completion,
-                                                            "reference": args.reference}])
+    resp = RewardClient(args.reward).score_batch(
+        args.fn,
+        [{"prompt": args.prompt, "completion": args.completion, "reference": args.reference}],
+    )
     r = resp.results[0]
-    print(json.dumps({"reward": r.reward, "status": r.status, "detail": r.detail, "components": dict(r.components)}))
+    print(
+        json.dumps(
+            {
+                "reward": r.reward,
+                "status": r.status,
+                "detail": r.detail,
+                "components": dict(r.components),
+            }
+        )
+    )
     return 0
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="brorl", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        prog="brorl", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     p.add_argument("--log-level", default="WARNING")
     sub = p.add_subparsers(dest="command", required=True)
 
@@ -109,7 +163,9 @@ def build_parser() -> argparse.ArgumentParser:
     demo_cmd.add_arguments(d)
     d.set_defaults(handler=demo_cmd.run_demo)
 
-    sw = sub.add_parser("sweep", help="N in {16,64,256,512} at equal samples and equal steps (writes docs/sweep)")
+    sw = sub.add_parser(
+        "sweep", help="N in {16,64,256,512} at equal samples and equal steps (writes docs/sweep)"
+    )
     sweep_cmd.add_arguments(sw)
     sw.set_defaults(handler=sweep_cmd.run_sweep)
 
@@ -121,7 +177,9 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--namespace", default="default", help="keeps clusters that share a Redis apart")
     c.add_argument("--reward-port", type=int, default=50052)
     c.add_argument("--learner-port", type=int, default=50053)
-    c.add_argument("--rollout-base-port", type=int, default=50061, help="worker i listens on this port + i")
+    c.add_argument(
+        "--rollout-base-port", type=int, default=50061, help="worker i listens on this port + i"
+    )
     c.set_defaults(handler=cmd_cluster)
 
     r = sub.add_parser("run", help="control runs on a learner")
@@ -151,8 +209,10 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--reference", default="")
     s.set_defaults(handler=cmd_score)
 
-    for name, module, text in [("warmstart", "demo", "supervised warm-start of the demo model (cached)"),
-                               ("eval", "demo", "greedy held-out accuracy of a demo model")]:
+    for name, module, text in [
+        ("warmstart", "demo", "supervised warm-start of the demo model (cached)"),
+        ("eval", "demo", "greedy held-out accuracy of a demo model"),
+    ]:
         sp = sub.add_parser(name, help=text, add_help=False)
         sp.set_defaults(passthrough=(module, [name]))
     rm = sub.add_parser("rm", help="reward models: brorl rm train ...", add_help=False)
@@ -168,8 +228,10 @@ def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     parser = build_parser()
     args, rest = parser.parse_known_args(argv)
-    logging.basicConfig(level=getattr(logging, args.log_level.upper(), logging.WARNING),
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(
+        level=getattr(logging, args.log_level.upper(), logging.WARNING),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
     if getattr(args, "passthrough", None):
         module, prefix = args.passthrough
         if args.command == "rm" and rest[:1] == ["train"]:

@@ -9,6 +9,7 @@
 Steps 1-3 and the run config follow the recipe shared with ``brorl sweep`` (brorl/apps/recipe.py);
 the demo package (model, task, SFT, evaluation) needs torch, so it runs as subprocesses.
 """
+
 from __future__ import annotations
 
 import json
@@ -30,12 +31,18 @@ DEFAULT_CONFIG = recipe.CONFIGS / "demo.yaml"
 class DemoConfig(recipe.RecipeConfig):
     """configs/demo.yaml: the recipe, with a larger held-out set for the before/after accuracy."""
 
-    eval_problems: int = Field(500, ge=200, description="Held-out problems for the before/after greedy accuracy.")
+    eval_problems: int = Field(
+        500, ge=200, description="Held-out problems for the before/after greedy accuracy."
+    )
 
 
 def add_arguments(p) -> None:
-    recipe.add_arguments(p, DEFAULT_CONFIG, REPO_ROOT / ".cache" / "demo",
-                         "demo config overrides, e.g. run.train.steps=10 workers=1")
+    recipe.add_arguments(
+        p,
+        DEFAULT_CONFIG,
+        REPO_ROOT / ".cache" / "demo",
+        "demo config overrides, e.g. run.train.steps=10 workers=1",
+    )
     p.add_argument("--learner-port", type=int, default=50053)
     p.add_argument("--reward-port", type=int, default=50052)
     p.add_argument("--rollout-base-port", type=int, default=50061)
@@ -54,9 +61,16 @@ def run_demo(args) -> int:
 
     run_cfg = recipe.build_run_config(cfg, inputs)
     print(f"== 2/4 starting the local cluster: reward, {cfg.workers} rollout workers, learner")
-    spec = recipe.cluster_spec(cfg, inputs, work, redis_url=args.redis_url, reward_port=args.reward_port,
-                               learner_port=args.learner_port, rollout_base_port=args.rollout_base_port,
-                               namespace=f"demo-{os.getpid()}")
+    spec = recipe.cluster_spec(
+        cfg,
+        inputs,
+        work,
+        redis_url=args.redis_url,
+        reward_port=args.reward_port,
+        learner_port=args.learner_port,
+        rollout_base_port=args.rollout_base_port,
+        namespace=f"demo-{os.getpid()}",
+    )
     run_id = time.strftime("demo-%Y%m%d-%H%M%S")
     with Cluster(spec) as cluster:
         print(f"   ready after {time.time() - started:.0f}s; logs in {cluster.logs}")
@@ -71,11 +85,19 @@ def run_demo(args) -> int:
     run_dir = Path(result["run_dir"])
     print("== 4/4 evaluating the final policy")
     after = recipe.accuracy(run_dir / "final", cfg.eval_problems)
-    summary = {"run_id": run_id, "run_dir": str(run_dir), "heldout_problems": cfg.eval_problems,
-               "accuracy_warmstart": before, "accuracy_final": after, "gain_points": 100 * (after - before),
-               "wall_seconds": time.time() - started}
+    summary = {
+        "run_id": run_id,
+        "run_dir": str(run_dir),
+        "heldout_problems": cfg.eval_problems,
+        "accuracy_warmstart": before,
+        "accuracy_final": after,
+        "gain_points": 100 * (after - before),
+        "wall_seconds": time.time() - started,
+    }
     (run_dir / "summary.json").write_text(json.dumps(summary, indent=1))
-    print(f"   held-out greedy accuracy: {before:.1%} → {after:.1%} ({summary['gain_points']:+.1f} points)")
+    print(
+        f"   held-out greedy accuracy: {before:.1%} → {after:.1%} ({summary['gain_points']:+.1f} points)"
+    )
     print(f"   run directory: {run_dir} (config.yaml, metrics.jsonl, final/, summary.json)")
     print(f"   total {summary['wall_seconds'] / 60:.1f} min")
     return 0

@@ -5,6 +5,7 @@ own pid — on exit, on Ctrl-C, or when one of them dies.
 ``service_command`` is the single definition of how a service is started; docker-compose.yml
 runs the same commands (a test checks it).
 """
+
 from __future__ import annotations
 
 import logging
@@ -24,7 +25,11 @@ from brorl.rpc import wait_serving
 log = logging.getLogger(__name__)
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
-SERVICE_MODULES = {"reward": "services.reward", "rollout": "services.rollout", "learner": "services.learner"}
+SERVICE_MODULES = {
+    "reward": "services.reward",
+    "rollout": "services.rollout",
+    "learner": "services.learner",
+}
 
 
 def service_command(service: str, overrides: dict[str, object] | None = None) -> list[str]:
@@ -52,8 +57,8 @@ class ClusterSpec:
     host: str = "127.0.0.1"
     rollout_overrides: dict = field(default_factory=dict)
     learner_overrides: dict = field(default_factory=dict)
-    threads_per_process: int = 0   # 0: leave torch/OMP defaults
-    namespace: str = "default"     # workers follow the learner of their namespace
+    threads_per_process: int = 0  # 0: leave torch/OMP defaults
+    namespace: str = "default"  # workers follow the learner of their namespace
 
 
 class Cluster:
@@ -92,9 +97,14 @@ class Cluster:
         log_path = self.logs / f"{name}.log"
         out = open(log_path, "ab")
         # Own process group: a Ctrl-C in the terminal reaches the launcher, which stops children itself.
-        popen = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, cwd=REPO_ROOT,
-                                 env=child_env(self.spec.threads_per_process),
-                                 start_new_session=True)
+        popen = subprocess.Popen(
+            argv,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            cwd=REPO_ROOT,
+            env=child_env(self.spec.threads_per_process),
+            start_new_session=True,
+        )
         out.close()
         proc = Proc(name, popen, log_path)
         self.procs.append(proc)
@@ -109,10 +119,24 @@ class Cluster:
             pass
         server = shutil.which("redis-server")
         if not server:
-            raise RuntimeError(f"no Redis at {self.redis_url} and no redis-server binary to start one")
+            raise RuntimeError(
+                f"no Redis at {self.redis_url} and no redis-server binary to start one"
+            )
         port = redis.connection.parse_url(self.redis_url).get("port", 6379)
-        self._spawn("redis", [server, "--port", str(port), "--save", "", "--appendonly", "no",
-                              "--bind", "127.0.0.1"])
+        self._spawn(
+            "redis",
+            [
+                server,
+                "--port",
+                str(port),
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+                "--bind",
+                "127.0.0.1",
+            ],
+        )
         deadline = time.monotonic() + 10
         while time.monotonic() < deadline:
             try:
@@ -127,18 +151,41 @@ class Cluster:
         self.ensure_redis()
         self._spawn("reward", service_command("reward", {"bind": self.reward_address}))
         for i in range(s.rollout_workers):
-            self._spawn(f"rollout-{i}", service_command("rollout", {
-                "model": s.model, "bind": self.rollout_address(i), "redis_url": self.redis_url,
-                "reward_address": self.reward_address, "namespace": s.namespace, **s.rollout_overrides}))
-        self._spawn("learner", service_command("learner", {
-            "bind": self.learner_address, "redis_url": self.redis_url,
-            "runs_dir": str(s.workdir / "runs"), "namespace": s.namespace, **s.learner_overrides}))
+            self._spawn(
+                f"rollout-{i}",
+                service_command(
+                    "rollout",
+                    {
+                        "model": s.model,
+                        "bind": self.rollout_address(i),
+                        "redis_url": self.redis_url,
+                        "reward_address": self.reward_address,
+                        "namespace": s.namespace,
+                        **s.rollout_overrides,
+                    },
+                ),
+            )
+        self._spawn(
+            "learner",
+            service_command(
+                "learner",
+                {
+                    "bind": self.learner_address,
+                    "redis_url": self.redis_url,
+                    "runs_dir": str(s.workdir / "runs"),
+                    "namespace": s.namespace,
+                    **s.learner_overrides,
+                },
+            ),
+        )
         self.wait_ready()
 
     def wait_ready(self, timeout: float = 420.0) -> None:
         deadline = time.monotonic() + timeout
         targets = [("reward", self.reward_address), ("learner", self.learner_address)]
-        targets += [(f"rollout-{i}", self.rollout_address(i)) for i in range(self.spec.rollout_workers)]
+        targets += [
+            (f"rollout-{i}", self.rollout_address(i)) for i in range(self.spec.rollout_workers)
+        ]
         for name, address in targets:
             while True:
                 self.check_alive()
@@ -147,15 +194,19 @@ class Cluster:
                     break
                 except TimeoutError:
                     if time.monotonic() > deadline:
-                        raise TimeoutError(f"{name} at {address} not ready after {timeout:.0f}s; see {self.logs}/{name}.log")
+                        raise TimeoutError(
+                            f"{name} at {address} not ready after {timeout:.0f}s; see {self.logs}/{name}.log"
+                        )
 
     def check_alive(self) -> None:
         for p in self.procs:
             code = p.popen.poll()
             if code is not None:
                 tail = p.log_path.read_text(errors="replace").splitlines()[-15:]
-                raise RuntimeError(f"{p.name} (pid {p.popen.pid}) exited with code {code}; last log lines:\n"
-                                   + "\n".join(tail))
+                raise RuntimeError(
+                    f"{p.name} (pid {p.popen.pid}) exited with code {code}; last log lines:\n"
+                    + "\n".join(tail)
+                )
 
     def stop(self, grace: float = 10.0) -> None:
         for p in reversed(self.procs):
@@ -205,8 +256,14 @@ class ServiceProc:
         self.log_path = tmp / f"{self.name}.log"
         overrides = {"bind": "127.0.0.1:0", "port_file": str(self.port_file), **overrides}
         with open(self.log_path, "wb") as out:
-            self.popen = subprocess.Popen(service_command(service, overrides), cwd=REPO_ROOT, env=child_env(),
-                                          stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+            self.popen = subprocess.Popen(
+                service_command(service, overrides),
+                cwd=REPO_ROOT,
+                env=child_env(),
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
         self.pid = self.popen.pid
 
     @property

@@ -1,5 +1,6 @@
 """Following a run on a learner: the progress bar of ``brorl run start --watch`` and ``brorl demo``,
 and the silent wait of ``brorl sweep``. Shared by the commands so that none imports another."""
+
 from __future__ import annotations
 
 from brorl.client import LearnerClient
@@ -11,6 +12,7 @@ def watch_run(client: LearnerClient, run_id: str, total: int, quiet: bool = Fals
     """Follow a run's metrics until it ends (with a tqdm bar unless ``quiet``); returns the final
     RunInfo as a dict: run_id, state, step, run_dir, message."""
     from tqdm import tqdm
+
     bar = tqdm(total=total, desc=run_id, unit="step", disable=quiet, dynamic_ncols=True)
     for m in client.watch(run_id):
         if m.event in FINAL_EVENTS:
@@ -22,9 +24,19 @@ def watch_run(client: LearnerClient, run_id: str, total: int, quiet: bool = Fals
         v = m.values
         if "learner/reward_mean" in v:
             workers = sum(1 for k in v if k.startswith("rollout/paths_by/"))
-            bar.set_postfix(reward=f"{v['learner/reward_mean']:.3f}", version=int(v.get("learner/weight_version", 0)),
-                            paths=int(v.get("rollout/paths", 0)), workers=workers, refresh=False)
+            bar.set_postfix(
+                reward=f"{v['learner/reward_mean']:.3f}",
+                version=int(v.get("learner/weight_version", 0)),
+                paths=int(v.get("rollout/paths", 0)),
+                workers=workers,
+                refresh=False,
+            )
     bar.close()
     info = client.get(run_id)
-    return {"run_id": info.run_id, "state": info.state, "step": info.step, "run_dir": info.run_dir,
-            "message": info.message}
+    return {
+        "run_id": info.run_id,
+        "state": info.state,
+        "step": info.step,
+        "run_dir": info.run_dir,
+        "message": info.message,
+    }

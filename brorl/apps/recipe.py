@@ -11,6 +11,7 @@ cluster and a RunConfig:
 4. build the RunConfig sent to the learner: the recipe's ``run`` with the prepared model and
    prompt set filled in, plus what a command sets per run (``build_run_config``).
 """
+
 from __future__ import annotations
 
 import json
@@ -34,14 +35,37 @@ CONFIGS = REPO_ROOT / "configs"
 class RecipeConfig(StrictModel):
     """Settings shared by the demo and the sweep (each command's config extends this)."""
 
-    base: str = Field("", description="Config file below this one (a path relative to this file), e.g. the sweep's `base: demo.yaml`; set in the file, not on the command line.")
-    workers: int = Field(2, ge=1, le=16, description="Rollout worker processes of the local cluster.")
-    threads_per_process: int = Field(1, ge=0, description="OMP threads per service process (0: the default; the demo machine's 2 cores are shared).")
-    train_problems: int = Field(20000, ge=100, description="Prompts written to the RL prompt set (disjoint from the held-out problems).")
-    eval_problems: int = Field(200, ge=50, description="Held-out problems of each greedy-accuracy evaluation.")
-    warmstart: list[str] = Field(default_factory=list, description="Extra arguments of `python -m demo warmstart` (none: the demo's warm-start recipe).")
-    rollout: dict = Field(default_factory=dict, description="Rollout service overrides (key: value) for every worker.")
-    run: dict = Field(default_factory=dict, description="RunConfig for the learner; model and data.train_path are filled in from the prepared inputs.")
+    base: str = Field(
+        "",
+        description="Config file below this one (a path relative to this file), e.g. the sweep's `base: demo.yaml`; set in the file, not on the command line.",
+    )
+    workers: int = Field(
+        2, ge=1, le=16, description="Rollout worker processes of the local cluster."
+    )
+    threads_per_process: int = Field(
+        1,
+        ge=0,
+        description="OMP threads per service process (0: the default; the demo machine's 2 cores are shared).",
+    )
+    train_problems: int = Field(
+        20000,
+        ge=100,
+        description="Prompts written to the RL prompt set (disjoint from the held-out problems).",
+    )
+    eval_problems: int = Field(
+        200, ge=50, description="Held-out problems of each greedy-accuracy evaluation."
+    )
+    warmstart: list[str] = Field(
+        default_factory=list,
+        description="Extra arguments of `python -m demo warmstart` (none: the demo's warm-start recipe).",
+    )
+    rollout: dict = Field(
+        default_factory=dict, description="Rollout service overrides (key: value) for every worker."
+    )
+    run: dict = Field(
+        default_factory=dict,
+        description="RunConfig for the learner; model and data.train_path are filled in from the prepared inputs.",
+    )
 
     @field_validator("warmstart", mode="before")
     @classmethod
@@ -57,9 +81,9 @@ R = TypeVar("R", bound=RecipeConfig)
 class DemoInputs:
     """What every run of the demo and the sweep starts from."""
 
-    model: Path        # the warm-started policy: a Hugging Face model directory
-    data: Path         # the RL prompt set: JSONL of {"prompt", "reference"}
-    accuracy: float    # the warm-start's held-out greedy exact-match accuracy
+    model: Path  # the warm-started policy: a Hugging Face model directory
+    data: Path  # the RL prompt set: JSONL of {"prompt", "reference"}
+    accuracy: float  # the warm-start's held-out greedy exact-match accuracy
 
 
 def add_arguments(p, config: Path, workdir: Path, overrides_help: str) -> None:
@@ -75,15 +99,19 @@ def load_recipe(cls: type[R], path: str | Path, overrides: Sequence[str] = ()) -
     are commands, not services), validated as ``cls``."""
     top = parse_overrides(overrides)
     if "base" in top:
-        raise InvalidArgument("base", "name the base file in the config file, not on the command line")
+        raise InvalidArgument(
+            "base", "name the base file in the config file, not on the command line"
+        )
     return validate(cls, deep_merge(_read_with_bases(Path(path)), top))
 
 
 def _read_with_bases(path: Path, seen: tuple[Path, ...] = ()) -> dict:
     path = path.resolve()
     if path in seen:
-        raise InvalidArgument("base", "config files name each other as base: "
-                                      + " -> ".join(str(p) for p in (*seen, path)))
+        raise InvalidArgument(
+            "base",
+            "config files name each other as base: " + " -> ".join(str(p) for p in (*seen, path)),
+        )
     if not path.is_file():
         raise InvalidArgument("config" if not seen else "base", f"file {path} does not exist")
     data = parse_text(path.read_text(), source=str(path))
@@ -97,8 +125,12 @@ def _read_with_bases(path: Path, seen: tuple[Path, ...] = ()) -> dict:
 
 def python_module(*cmd: str, capture: bool = False) -> str:
     """Run ``python -m cmd...`` in the repository; its stdout when ``capture``. Exits on failure."""
-    proc = subprocess.run([sys.executable, "-m", *cmd], cwd=REPO_ROOT, text=True,
-                          stdout=subprocess.PIPE if capture else None)
+    proc = subprocess.run(
+        [sys.executable, "-m", *cmd],
+        cwd=REPO_ROOT,
+        text=True,
+        stdout=subprocess.PIPE if capture else None,
+    )
     if proc.returncode:
         raise SystemExit(f"`python -m {' '.join(cmd)}` failed with exit code {proc.returncode}")
     return proc.stdout or ""
@@ -106,7 +138,9 @@ def python_module(*cmd: str, capture: bool = False) -> str:
 
 def accuracy(model: Path, n: int) -> float:
     """Held-out greedy exact-match accuracy of a demo model directory on ``n`` problems."""
-    out = python_module("demo", "eval", "--model", str(model), "--n", str(n), "--json", capture=True)
+    out = python_module(
+        "demo", "eval", "--model", str(model), "--n", str(n), "--json", capture=True
+    )
     return json.loads(out.strip().splitlines()[-1])["accuracy"]
 
 
@@ -115,23 +149,47 @@ def prepare_inputs(cfg: RecipeConfig, work: Path) -> DemoInputs:
     model = work / "warmstart"
     python_module("demo", "warmstart", "--out", str(model), *cfg.warmstart)
     data = work / "train.jsonl"
-    python_module("demo.rl_data", "--model", str(model), "--out", str(data), "--n", str(cfg.train_problems))
+    python_module(
+        "demo.rl_data", "--model", str(model), "--out", str(data), "--n", str(cfg.train_problems)
+    )
     return DemoInputs(model, data, accuracy(model, cfg.eval_problems))
 
 
-def cluster_spec(cfg: RecipeConfig, inputs: DemoInputs, work: Path, *, redis_url: str, reward_port: int,
-                 learner_port: int, rollout_base_port: int, namespace: str,
-                 learner_overrides: dict | None = None) -> ClusterSpec:
+def cluster_spec(
+    cfg: RecipeConfig,
+    inputs: DemoInputs,
+    work: Path,
+    *,
+    redis_url: str,
+    reward_port: int,
+    learner_port: int,
+    rollout_base_port: int,
+    namespace: str,
+    learner_overrides: dict | None = None,
+) -> ClusterSpec:
     """The local cluster (reward, ``cfg.workers`` rollout workers, learner) serving ``inputs.model``."""
-    return ClusterSpec(model=str(inputs.model), workdir=work, rollout_workers=cfg.workers, redis_url=redis_url,
-                       reward_port=reward_port, learner_port=learner_port, rollout_base_port=rollout_base_port,
-                       rollout_overrides=cfg.rollout, learner_overrides=learner_overrides or {},
-                       threads_per_process=cfg.threads_per_process, namespace=namespace)
+    return ClusterSpec(
+        model=str(inputs.model),
+        workdir=work,
+        rollout_workers=cfg.workers,
+        redis_url=redis_url,
+        reward_port=reward_port,
+        learner_port=learner_port,
+        rollout_base_port=rollout_base_port,
+        rollout_overrides=cfg.rollout,
+        learner_overrides=learner_overrides or {},
+        threads_per_process=cfg.threads_per_process,
+        namespace=namespace,
+    )
 
 
-def build_run_config(cfg: RecipeConfig, inputs: DemoInputs, per_run: dict | None = None) -> RunConfig:
+def build_run_config(
+    cfg: RecipeConfig, inputs: DemoInputs, per_run: dict | None = None
+) -> RunConfig:
     """The recipe's ``run`` with the prepared model and prompt set, then ``per_run`` on top."""
-    filled = deep_merge(cfg.run, {"model": str(inputs.model), "data": {"train_path": str(inputs.data)}})
+    filled = deep_merge(
+        cfg.run, {"model": str(inputs.model), "data": {"train_path": str(inputs.data)}}
+    )
     return validate(RunConfig, deep_merge(filled, per_run or {}))
 
 

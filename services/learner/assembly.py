@@ -1,6 +1,7 @@
 """Reassembly of fanned-out groups: a wide group (e.g. N=1024) can be sampled as several
 prompt jobs (parts) by different workers; the learner trains on it only once every part is in,
 and exactly once, keyed by group id."""
+
 from __future__ import annotations
 
 from collections import Counter
@@ -15,11 +16,20 @@ def merge_parts(parts: list[common_pb2.PathGroup]) -> common_pb2.PathGroup:
     parts = sorted(parts, key=lambda p: p.part_index)
     first = parts[0]
     merged = common_pb2.PathGroup(
-        run_id=first.run_id, group_id=first.group_id, prompt_id=first.prompt_id, prompt=first.prompt,
-        prompt_token_ids=first.prompt_token_ids, reference=first.reference,
-        weight_version=min(p.weight_version for p in parts), worker=",".join(sorted({p.worker for p in parts})),
-        generate_seconds=sum(p.generate_seconds for p in parts), score_seconds=sum(p.score_seconds for p in parts),
-        part_index=0, part_count=1, generated=sum(p.generated for p in parts))
+        run_id=first.run_id,
+        group_id=first.group_id,
+        prompt_id=first.prompt_id,
+        prompt=first.prompt,
+        prompt_token_ids=first.prompt_token_ids,
+        reference=first.reference,
+        weight_version=min(p.weight_version for p in parts),
+        worker=",".join(sorted({p.worker for p in parts})),
+        generate_seconds=sum(p.generate_seconds for p in parts),
+        score_seconds=sum(p.score_seconds for p in parts),
+        part_index=0,
+        part_count=1,
+        generated=sum(p.generated for p in parts),
+    )
     dropped: Counter = Counter()
     stats: Counter = Counter()
     for p in parts:
@@ -37,7 +47,9 @@ class GroupAssembler:
     def __init__(self):
         self._parts: dict[str, dict[int, tuple[common_pb2.PathGroup, str]]] = {}
 
-    def add(self, part: common_pb2.PathGroup, entry_id: str) -> tuple[common_pb2.PathGroup | None, list[str], bool]:
+    def add(
+        self, part: common_pb2.PathGroup, entry_id: str
+    ) -> tuple[common_pb2.PathGroup | None, list[str], bool]:
         """Add one part; returns (whole group or None, entry ids to ack with it, duplicate?)."""
         if part.part_count <= 1:
             return part, [entry_id], False

@@ -6,11 +6,25 @@ from brorl.config import StrictModel
 
 
 class LearnerServiceConfig(StrictModel):
-    bind: str = Field("127.0.0.1:50053", description="host:port of the LearnerService (port 0 picks a free one).")
-    redis_url: str = Field("redis://127.0.0.1:6379/0", description="Redis holding the work streams.")
-    runs_dir: str = Field("runs", description="Each run writes config, metrics.jsonl, checkpoints and final weights under runs_dir/<run_id>.")
-    weights_dir: str = Field("", description="Weight store root shared with the rollout workers; default runs_dir/<run_id>/weights.")
-    namespace: str = Field("default", min_length=1, description="Cluster namespace announced to the rollout workers (clusters sharing a Redis stay apart).")
+    bind: str = Field(
+        "127.0.0.1:50053", description="host:port of the LearnerService (port 0 picks a free one)."
+    )
+    redis_url: str = Field(
+        "redis://127.0.0.1:6379/0", description="Redis holding the work streams."
+    )
+    runs_dir: str = Field(
+        "runs",
+        description="Each run writes config, metrics.jsonl, checkpoints and final weights under runs_dir/<run_id>.",
+    )
+    weights_dir: str = Field(
+        "",
+        description="Weight store root shared with the rollout workers; default runs_dir/<run_id>/weights.",
+    )
+    namespace: str = Field(
+        "default",
+        min_length=1,
+        description="Cluster namespace announced to the rollout workers (clusters sharing a Redis stay apart).",
+    )
     zero_stage: int = Field(0, ge=0, le=3, description="DeepSpeed ZeRO stage of the learner.")
     torch_threads: int = Field(0, ge=0, description="torch intra-op threads (0: torch's default).")
     keep_weight_versions: int = Field(3, ge=1, description="Published versions kept in the store.")

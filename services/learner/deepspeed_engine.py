@@ -5,6 +5,7 @@ On CPU the accelerator is selected with DS_ACCELERATOR=cpu before deepspeed is i
 single learner process initialises a one-rank gloo group itself (no launcher needed); under
 ``torchrun``/``deepspeed`` the launcher's RANK/WORLD_SIZE are used instead.
 """
+
 from __future__ import annotations
 
 import logging
@@ -22,13 +23,20 @@ def _free_port() -> int:
 
 def init_distributed() -> None:
     import torch
+
     if not torch.cuda.is_available():
         os.environ.setdefault("DS_ACCELERATOR", "cpu")
     if "RANK" not in os.environ:
-        os.environ.update(RANK="0", WORLD_SIZE="1", LOCAL_RANK="0", MASTER_ADDR="127.0.0.1",
-                          MASTER_PORT=str(_free_port()))
+        os.environ.update(
+            RANK="0",
+            WORLD_SIZE="1",
+            LOCAL_RANK="0",
+            MASTER_ADDR="127.0.0.1",
+            MASTER_PORT=str(_free_port()),
+        )
     import deepspeed
     import torch.distributed as dist
+
     if not dist.is_initialized():
         deepspeed.init_distributed(dist_backend="nccl" if torch.cuda.is_available() else "gloo")
 
@@ -41,7 +49,7 @@ def ds_config(train, zero_stage: int) -> dict:
         "gradient_accumulation_steps": 1,
         "gradient_clipping": train.max_grad_norm,
         "zero_optimization": {"stage": zero_stage},
-        "steps_per_print": 10 ** 9,
+        "steps_per_print": 10**9,
         "wall_clock_breakdown": False,
     }
 
@@ -49,12 +57,20 @@ def ds_config(train, zero_stage: int) -> dict:
 def build_engine(model, train, zero_stage: int = 0):
     """Wrap ``model`` in a DeepSpeed engine with AdamW; returns the engine."""
     import torch
+
     init_distributed()
     import deepspeed
+
     # A client AdamW avoids JIT-compiling FusedAdam on CPU (about a minute on first use).
-    optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=train.lr,
-                                  weight_decay=train.weight_decay, betas=(0.9, 0.99))
-    engine, _, _, _ = deepspeed.initialize(model=model, optimizer=optimizer, config=ds_config(train, zero_stage))
+    optimizer = torch.optim.AdamW(
+        [p for p in model.parameters() if p.requires_grad],
+        lr=train.lr,
+        weight_decay=train.weight_decay,
+        betas=(0.9, 0.99),
+    )
+    engine, _, _, _ = deepspeed.initialize(
+        model=model, optimizer=optimizer, config=ds_config(train, zero_stage)
+    )
     log.info("DeepSpeed engine ready (ZeRO %d, %s)", zero_stage, type(engine.optimizer).__name__)
     return engine
 
@@ -64,7 +80,10 @@ def grad_norm(engine) -> float:
     ``step``. Under ZeRO-2/3 the gradients live in optimizer partitions, so DeepSpeed's own
     figure for the step is used there (call after ``step``)."""
     import torch
-    grads = [p.grad.detach().float().norm() for p in engine.module.parameters() if p.grad is not None]
+
+    grads = [
+        p.grad.detach().float().norm() for p in engine.module.parameters() if p.grad is not None
+    ]
     if grads:
         return float(torch.stack(grads).norm())
     return float(engine.get_global_grad_norm() or 0.0)

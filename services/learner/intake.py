@@ -7,11 +7,11 @@ carries no signal (every advantage is 0) and is skipped — after ``max_degenera
 those in a row the run fails with a message. Entries of used groups are acked by the caller
 once the update that used them is done; everything else is acked here.
 """
+
 from __future__ import annotations
 
 import threading
 import time
-from collections import Counter
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -23,18 +23,18 @@ from services.learner.assembly import GroupAssembler
 @dataclass
 class Consumed:
     group: common_pb2.PathGroup
-    staleness: int                # learner version − the group's (oldest part's) version
-    outcome: str                  # "used" | "stale" | "degenerate"
+    staleness: int  # learner version − the group's (oldest part's) version
+    outcome: str  # "used" | "stale" | "degenerate"
 
 
 @dataclass
 class Intake:
     """What one step took off the stream."""
 
-    consumed: list[Consumed] = field(default_factory=list)   # every whole group, in arrival order
-    entries: list[str] = field(default_factory=list)          # stream entries of the used groups
-    duplicate_groups: int = 0     # deliveries of a group already consumed
-    duplicate_parts: int = 0      # a part delivered twice while its group was being reassembled
+    consumed: list[Consumed] = field(default_factory=list)  # every whole group, in arrival order
+    entries: list[str] = field(default_factory=list)  # stream entries of the used groups
+    duplicate_groups: int = 0  # deliveries of a group already consumed
+    duplicate_parts: int = 0  # a part delivered twice while its group was being reassembled
 
     @property
     def groups(self) -> list[common_pb2.PathGroup]:
@@ -65,8 +65,10 @@ class GroupIntake:
             if stop.is_set():
                 return None
             if time.monotonic() > deadline:
-                raise TimeoutError(f"no path group for {timeout:.0f}s: are rollout workers and "
-                                   "the reward service running?")
+                raise TimeoutError(
+                    f"no path group for {timeout:.0f}s: are rollout workers and "
+                    "the reward service running?"
+                )
             if self._backlog:
                 deliveries, self._backlog = self._backlog, []
             else:
@@ -80,7 +82,9 @@ class GroupIntake:
         for entry in entries:
             self.queue.ack(entry)
 
-    def _take(self, part: common_pb2.PathGroup, entry_id: str, version: int, intake: Intake) -> bool:
+    def _take(
+        self, part: common_pb2.PathGroup, entry_id: str, version: int, intake: Intake
+    ) -> bool:
         """Handle one delivery; True when it completed a group."""
         if part.group_id in self.seen:
             self.queue.ack(entry_id)
@@ -116,5 +120,6 @@ class GroupIntake:
             raise RuntimeError(
                 f"{self.degenerate_streak} groups in a row had all rewards equal (last: "
                 f"{rewards[0] if rewards else 'none'}): no learning signal; the task is too hard "
-                "or too easy for this policy, or the reward function does not fit the data")
+                "or too easy for this policy, or the reward function does not fit the data"
+            )
         return "degenerate"

@@ -1,6 +1,7 @@
 """The learner's job feed: keeps ``max_inflight_groups`` groups enqueued but not yet consumed.
 A group is one prompt job, or several parts when ``sampling.max_paths_per_job`` fans it out
 over workers; what each job asks the workers for is decided by ``brorl.sampling``."""
+
 from __future__ import annotations
 
 from brorl import sampling
@@ -13,7 +14,7 @@ class JobFeed:
     def __init__(self, run_id: str, cfg: RunConfig, prompts: list[Prompt], queue):
         self.run_id, self.cfg, self.prompts, self.queue = run_id, cfg, prompts, queue
         self.order = PromptOrder(len(prompts), cfg.data.shuffle_seed)
-        self.cursor = 0                   # groups enqueued so far (checkpointed)
+        self.cursor = 0  # groups enqueued so far (checkpointed)
 
     def top_up(self, consumed: int, step: int) -> None:
         """Enqueue groups until ``max_inflight_groups`` are in flight (enqueued − ``consumed``)."""
@@ -22,10 +23,19 @@ class JobFeed:
             prompt = self.prompts[index]
             for part in sampling.job_parts(self.cfg.sampling, self.cfg.explore, step):
                 job = common_pb2.PromptJob(
-                    run_id=self.run_id, job_id=f"{self.run_id}/{self.cursor}/{part.index}",
-                    group_id=f"g{self.cursor}", prompt_id=f"p{index}", prompt=prompt.text,
-                    reference=prompt.reference, reward_fn=self.cfg.reward_fn, learner_step=step,
-                    part_index=part.index, part_count=part.count, path_offset=part.path_offset,
-                    explore=part.explore, sampling=part.sampling)
+                    run_id=self.run_id,
+                    job_id=f"{self.run_id}/{self.cursor}/{part.index}",
+                    group_id=f"g{self.cursor}",
+                    prompt_id=f"p{index}",
+                    prompt=prompt.text,
+                    reference=prompt.reference,
+                    reward_fn=self.cfg.reward_fn,
+                    learner_step=step,
+                    part_index=part.index,
+                    part_count=part.count,
+                    path_offset=part.path_offset,
+                    explore=part.explore,
+                    sampling=part.sampling,
+                )
                 self.queue.put(job.SerializeToString())
             self.cursor += 1

@@ -1,5 +1,6 @@
 """The policy being trained: the model in its DeepSpeed engine, the optional frozen reference
 model, and the one update a step makes from scored groups (pure math in batch.py/losses.py)."""
+
 from __future__ import annotations
 
 import logging
@@ -20,6 +21,7 @@ log = logging.getLogger(__name__)
 class Policy:
     def __init__(self, model_dir: str, train: TrainConfig, zero_stage: int = 0):
         from transformers import AutoModelForCausalLM
+
         torch.manual_seed(train.seed)
         self.model_dir, self.train = model_dir, train
         model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
@@ -59,12 +61,17 @@ class Policy:
             for k, v in stats.items():
                 sums[f"learner/{k}"] += v * weight
         rewards = [p.reward for g in groups for p in g.paths]
-        sums.update({
-            "learner/reward_mean": sum(rewards) / len(rewards),
-            "learner/paths": len(batch), "learner/tokens": batch.tokens,
-            "learner/adv_std": float(batch.advantages.std()) if len(batch) > 1 else 0.0,
-            "learner/nonzero_paths": float(((batch.advantages != 0) & (batch.weight > 0)).sum()),
-        })
+        sums.update(
+            {
+                "learner/reward_mean": sum(rewards) / len(rewards),
+                "learner/paths": len(batch),
+                "learner/tokens": batch.tokens,
+                "learner/adv_std": float(batch.advantages.std()) if len(batch) > 1 else 0.0,
+                "learner/nonzero_paths": float(
+                    ((batch.advantages != 0) & (batch.weight > 0)).sum()
+                ),
+            }
+        )
         return dict(sums)
 
     def save_weights(self, directory: Path) -> None:

@@ -1,5 +1,6 @@
 """The run's prompts: loaded and checked once (StartRun reports bad data before a run starts),
 and visited in a deterministic order that a checkpointed cursor can resume."""
+
 from __future__ import annotations
 
 import json

@@ -1,4 +1,5 @@
 """Publishing weight versions (weight store + Redis pointer) and the final HF export."""
+
 from __future__ import annotations
 
 import logging
@@ -14,16 +15,25 @@ from brorl.weights import WeightStore
 log = logging.getLogger(__name__)
 
 
-def publish_version(save_weights: Callable[[Path], None], store: WeightStore, channels: RunChannels,
-                    version: int, step: int) -> common_pb2.WeightVersion:
+def publish_version(
+    save_weights: Callable[[Path], None],
+    store: WeightStore,
+    channels: RunChannels,
+    version: int,
+    step: int,
+) -> common_pb2.WeightVersion:
     """Write the policy's weights as ``version`` and point the rollout workers at it."""
     start = time.perf_counter()
     staging = store.staging_dir(version)
     save_weights(staging)
     pointer = store.commit(version, staging, meta={"step": step})
     channels.publish_weights(pointer)
-    log.info("published weight version %d (%.1f MB) in %.2fs", version, pointer.bytes / 1e6,
-             time.perf_counter() - start)
+    log.info(
+        "published weight version %d (%.1f MB) in %.2fs",
+        version,
+        pointer.bytes / 1e6,
+        time.perf_counter() - start,
+    )
     return pointer
 
 

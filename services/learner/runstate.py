@@ -1,4 +1,5 @@
 """A run's observable state: metrics (JSONL on disk + in memory for WatchRun) and status."""
+
 from __future__ import annotations
 
 import json
@@ -28,10 +29,26 @@ class RunState:
         self.last_checkpoint: tuple[str, int] | None = None
 
     def emit(self, values: dict[str, float], event: str = "", message: str = "") -> None:
-        metric = common_pb2.Metric(run_id=self.run_id, step=self.step, time=time.time(),
-                                   values={k: float(v) for k, v in values.items()}, event=event, message=message)
-        self._file.write(json.dumps({"step": self.step, "time": metric.time, "event": event,
-                                     "message": message, **metric.values}) + "\n")
+        metric = common_pb2.Metric(
+            run_id=self.run_id,
+            step=self.step,
+            time=time.time(),
+            values={k: float(v) for k, v in values.items()},
+            event=event,
+            message=message,
+        )
+        self._file.write(
+            json.dumps(
+                {
+                    "step": self.step,
+                    "time": metric.time,
+                    "event": event,
+                    "message": message,
+                    **metric.values,
+                }
+            )
+            + "\n"
+        )
         with self._cond:
             self.last.update(metric.values)
             self._metrics.append(metric)

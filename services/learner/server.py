@@ -3,6 +3,7 @@
 One run trains at a time, on a background thread of this process (the DeepSpeed engine lives
 here); the RPCs start, observe, checkpoint and stop it.
 """
+
 from __future__ import annotations
 
 import functools
@@ -43,12 +44,20 @@ class LearnerServicer(learner_pb2_grpc.LearnerServiceServicer):
 
     def _build_policy(self, cfg):
         from services.learner.policy import Policy  # heavy: transformers, DeepSpeed
+
         return Policy(cfg.model, cfg.train, self.config.zero_stage)
 
     def _info(self, st: RunState) -> learner_pb2.RunInfo:
-        return learner_pb2.RunInfo(run_id=st.run_id, state=st.state, step=st.step, total_steps=st.total_steps,
-                                   weight_version=st.weight_version, run_dir=str(st.run_dir), message=st.message,
-                                   last_metrics=st.last)
+        return learner_pb2.RunInfo(
+            run_id=st.run_id,
+            state=st.state,
+            step=st.step,
+            total_steps=st.total_steps,
+            weight_version=st.weight_version,
+            run_dir=str(st.run_dir),
+            message=st.message,
+            last_metrics=st.last,
+        )
 
     def _run(self, run_id: str) -> RunState:
         if run_id not in self.runs:
@@ -70,17 +79,29 @@ class LearnerServicer(learner_pb2_grpc.LearnerServiceServicer):
                 raise FailedPrecondition(f"run {busy[0].run_id} is still running; StopRun it first")
             run_dir = Path(self.config.runs_dir) / run_id
             if run_dir.exists() and not request.resume and (run_dir / "metrics.jsonl").exists():
-                raise FailedPrecondition(f"run {run_id} already exists in {run_dir}; set resume=true or pick a new run_id")
+                raise FailedPrecondition(
+                    f"run {run_id} already exists in {run_dir}; set resume=true or pick a new run_id"
+                )
             if request.resume and not (run_dir / "checkpoints").is_dir():
                 raise FailedPrecondition(f"run {run_id} has no checkpoint to resume in {run_dir}")
             run_dir.mkdir(parents=True, exist_ok=True)
             (run_dir / "config.yaml").write_text(dump(cfg))
             state = RunState(run_id, run_dir, cfg.train.steps)
             store = WeightStore(self.config.weights_dir or run_dir / "weights")
-            trainer = Trainer(run_id, cfg, state, q.RunChannels(self.r, run_id), self.registry,
-                              store, functools.partial(self._build_policy, cfg),
-                              keep_versions=self.config.keep_weight_versions, resume=request.resume)
-            thread = threading.Thread(target=self._train, args=(trainer, state), name=f"train-{run_id}", daemon=True)
+            trainer = Trainer(
+                run_id,
+                cfg,
+                state,
+                q.RunChannels(self.r, run_id),
+                self.registry,
+                store,
+                functools.partial(self._build_policy, cfg),
+                keep_versions=self.config.keep_weight_versions,
+                resume=request.resume,
+            )
+            thread = threading.Thread(
+                target=self._train, args=(trainer, state), name=f"train-{run_id}", daemon=True
+            )
             self.runs[run_id], self.threads[run_id] = state, thread
             thread.start()
         log.info("started run %s in %s", run_id, run_dir)
@@ -123,7 +144,9 @@ class LearnerServicer(learner_pb2_grpc.LearnerServiceServicer):
         with state.checkpoint_done:
             state.checkpoint_requested.set()
             if not state.checkpoint_done.wait(timeout=600):
-                raise FailedPrecondition("checkpoint did not complete within 600 s (is the run waiting for paths?)")
+                raise FailedPrecondition(
+                    "checkpoint did not complete within 600 s (is the run waiting for paths?)"
+                )
         path, step = state.last_checkpoint
         return learner_pb2.CheckpointResponse(path=path, step=step)
 
@@ -134,5 +157,7 @@ def serve(config: LearnerServiceConfig) -> None:
     redis_client = q.connect(config.redis_url)
     redis_client.ping()
     server = rpc.Server(config.bind, [SERVICE_NAME])
-    learner_pb2_grpc.add_LearnerServiceServicer_to_server(LearnerServicer(config, redis_client), server.grpc)
+    learner_pb2_grpc.add_LearnerServiceServicer_to_server(
+        LearnerServicer(config, redis_client), server.grpc
+    )
     rpc.serve_until_stopped(server, "learner", config.port_file)

@@ -1,5 +1,6 @@
 """The metrics of one learner step, built in one place from what the step consumed (every
 group of the step, used or dropped) and what the update reported. Names: DESIGN.md §4."""
+
 from __future__ import annotations
 
 import math
@@ -36,7 +37,7 @@ class RunCounters:
             if item.outcome == "stale":
                 c["learner/dropped_stale"] += 1
             elif item.outcome == "degenerate":
-                c["learner/skipped_degenerate"] += 1   # no signal: all advantages 0
+                c["learner/skipped_degenerate"] += 1  # no signal: all advantages 0
             if item.outcome != "used":
                 c[f"learner/dropped_paths/{item.outcome}"] += len(group.paths)
 
@@ -60,8 +61,9 @@ def intake_metrics(intake: Intake) -> dict[str, float]:
         "rollout/workers_in_group": _mean([len({p.worker for p in g.paths}) for g in groups]),
         "reward/latency_ms": 1000 * _mean([g.score_seconds for g in groups]),
         "reward/mean": _mean(rewards),
-        "explore/reward_entropy": _mean([reward_entropy([p.reward for p in g.paths])
-                                         for g in groups if g.paths]),
+        "explore/reward_entropy": _mean(
+            [reward_entropy([p.reward for p in g.paths]) for g in groups if g.paths]
+        ),
         "learner/staleness_mean": _mean([c.staleness for c in used]),
         "learner/duplicate_groups": float(intake.duplicate_groups),
         "learner/duplicate_parts": float(intake.duplicate_parts),
@@ -77,7 +79,9 @@ def intake_metrics(intake: Intake) -> dict[str, float]:
     return out
 
 
-def step_metrics(intake: Intake, update: dict[str, float], counters: RunCounters) -> dict[str, float]:
+def step_metrics(
+    intake: Intake, update: dict[str, float], counters: RunCounters
+) -> dict[str, float]:
     """All metrics of a step. ``update``: the policy update's statistics, including
     ``learner/nonzero_paths`` (paths with a non-zero advantage that reached the update)."""
     out = intake_metrics(intake)
@@ -85,7 +89,9 @@ def step_metrics(intake: Intake, update: dict[str, float], counters: RunCounters
     out.update(update)
     # effective update ratio: paths with a non-zero advantage that reach the update per path
     # generated for this step (dropped, stale and all-equal groups included)
-    out["explore/eur"] = update.get("learner/nonzero_paths", 0.0) / max(out["rollout/step_generated"], 1)
+    out["explore/eur"] = update.get("learner/nonzero_paths", 0.0) / max(
+        out["rollout/step_generated"], 1
+    )
     return out
 
 

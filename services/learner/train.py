@@ -8,6 +8,7 @@ Everything it touches is injected: the run's Redis channels and registry (brorl.
 weight store, and a factory of the policy (DeepSpeed in production), so a unit test can drive
 the loop with an in-memory queue and a small policy.
 """
+
 from __future__ import annotations
 
 import logging
@@ -28,14 +29,25 @@ log = logging.getLogger(__name__)
 
 
 class Trainer:
-    def __init__(self, run_id: str, cfg: RunConfig, state: RunState, channels: RunChannels,
-                 registry: RunRegistry, store: WeightStore, build_policy: Callable[[], object], *,
-                 keep_versions: int = 3, resume: bool = False):
+    def __init__(
+        self,
+        run_id: str,
+        cfg: RunConfig,
+        state: RunState,
+        channels: RunChannels,
+        registry: RunRegistry,
+        store: WeightStore,
+        build_policy: Callable[[], object],
+        *,
+        keep_versions: int = 3,
+        resume: bool = False,
+    ):
         self.run_id, self.cfg, self.state, self.channels = run_id, cfg, state, channels
         self.registry, self.store, self.build_policy = registry, store, build_policy
         self.keep_versions, self.resume = keep_versions, resume
-        self.feed = JobFeed(run_id, cfg, load_prompts(cfg.data.train_path),
-                            channels.prompt_queue("rollout"))
+        self.feed = JobFeed(
+            run_id, cfg, load_prompts(cfg.data.train_path), channels.prompt_queue("rollout")
+        )
         self.ckpt_dir = state.run_dir / "checkpoints"
         self.counters = RunCounters()
         self.step = 0
@@ -63,9 +75,15 @@ class Trainer:
             self.counters.add(intake)
             metrics = step_metrics(intake, update, self.counters)
             t3 = time.perf_counter()
-            metrics.update({"learner/step_s": t3 - t0, "learner/wait_s": t1 - t0,
-                            "learner/update_s": t2 - t1, "learner/publish_s": t3 - t2,
-                            "learner/weight_version": self.version})
+            metrics.update(
+                {
+                    "learner/step_s": t3 - t0,
+                    "learner/wait_s": t1 - t0,
+                    "learner/update_s": t2 - t1,
+                    "learner/publish_s": t3 - t2,
+                    "learner/weight_version": self.version,
+                }
+            )
             self.state.step, self.state.weight_version = self.step, self.version
             self.state.emit(metrics)
         self.finish()
@@ -73,9 +91,11 @@ class Trainer:
     # -- start and end ------------------------------------------------------------------------
     def start(self) -> None:
         self.policy = self.build_policy()
-        self.intake = GroupIntake(self.channels.path_queue(claim_idle_ms=2 ** 31 - 1),
-                                  self.cfg.asynchrony,
-                                  on_consumed=lambda: self.feed.top_up(self.intake.consumed, self.step))
+        self.intake = GroupIntake(
+            self.channels.path_queue(claim_idle_ms=2**31 - 1),
+            self.cfg.asynchrony,
+            on_consumed=lambda: self.feed.top_up(self.intake.consumed, self.step),
+        )
         if self.resume:
             self._restore()
         else:
@@ -94,15 +114,25 @@ class Trainer:
     # -- weights and checkpoints ----------------------------------------------------------------
     def publish(self) -> None:
         self.version += 1
-        publish_version(self.policy.save_weights, self.store, self.channels, self.version, self.step)
+        publish_version(
+            self.policy.save_weights, self.store, self.channels, self.version, self.step
+        )
         self.store.prune(self.keep_versions)
 
     def checkpoint(self) -> str:
         tag = f"step{self.step:07d}"
-        self.policy.save_checkpoint(str(self.ckpt_dir), tag, {
-            "step": self.step, "version": self.version, "cursor": self.feed.cursor,
-            "consumed": self.intake.consumed, "seen": sorted(self.intake.seen),
-            "counters": dict(self.counters.counts)})
+        self.policy.save_checkpoint(
+            str(self.ckpt_dir),
+            tag,
+            {
+                "step": self.step,
+                "version": self.version,
+                "cursor": self.feed.cursor,
+                "consumed": self.intake.consumed,
+                "seen": sorted(self.intake.seen),
+                "counters": dict(self.counters.counts),
+            },
+        )
         log.info("checkpoint %s written", tag)
         self.state.last_checkpoint = (str(self.ckpt_dir / tag), self.step)
         return str(self.ckpt_dir / tag)
@@ -122,5 +152,9 @@ class Trainer:
         self.counters = RunCounters(client.get("counters", {}))
         # Rollout workers may hold any version: republish the restored weights as a new one.
         self.publish()
-        log.info("resumed at step %d (cursor %d, now weight version %d)", self.step,
-                 self.feed.cursor, self.version)
+        log.info(
+            "resumed at step %d (cursor %d, now weight version %d)",
+            self.step,
+            self.feed.cursor,
+            self.version,
+        )

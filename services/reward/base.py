@@ -4,6 +4,7 @@ Functions know nothing of gRPC; the servicer converts protobuf to ``ScoreItem`` 
 A function never raises for one bad completion: it returns a ``Score`` with status
 "error" / "timeout" / "filtered" and a detail saying why.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -21,7 +22,7 @@ class ScoreItem:
 @dataclass
 class Score:
     reward: float
-    status: str = "ok"                    # ok | timeout | error | filtered
+    status: str = "ok"  # ok | timeout | error | filtered
     detail: str = ""
     components: dict[str, float] = field(default_factory=dict)
     latency_ms: float = 0.0

@@ -4,6 +4,7 @@ Every function is reachable by its name through ScoreBatch. The built-in functio
 below, the one table of them: name → default settings + description) exist even when not listed;
 listing one of those names replaces its defaults. See docs/rewards.md for every key with an example.
 """
+
 from __future__ import annotations
 
 import math
@@ -17,19 +18,29 @@ from brorl.config import StrictModel
 
 
 class MathAnswerSpec(StrictModel):
-    type: Literal["math_answer"] = Field("math_answer", description="Reward function family: math_answer.")
-    rel_tol: float = Field(1e-6, ge=0, le=0.1, description="Relative tolerance for non-integer numeric answers.")
-    symbolic: bool = Field(True, description="Compare non-numeric answers symbolically with sympy (guarded).")
+    type: Literal["math_answer"] = Field(
+        "math_answer", description="Reward function family: math_answer."
+    )
+    rel_tol: float = Field(
+        1e-6, ge=0, le=0.1, description="Relative tolerance for non-integer numeric answers."
+    )
+    symbolic: bool = Field(
+        True, description="Compare non-numeric answers symbolically with sympy (guarded)."
+    )
 
 
 class ExactMatchSpec(StrictModel):
-    type: Literal["exact_match"] = Field("exact_match", description="Reward function family: exact_match.")
+    type: Literal["exact_match"] = Field(
+        "exact_match", description="Reward function family: exact_match."
+    )
     strip: bool = Field(True, description="Ignore leading/trailing whitespace on both sides.")
 
 
 class FormatSpec(StrictModel):
     type: Literal["format"] = Field("format", description="Reward function family: format.")
-    pattern: str = Field("", description="Regex the whole completion must match; empty = a bare number.")
+    pattern: str = Field(
+        "", description="Regex the whole completion must match; empty = a bare number."
+    )
 
     _valid = field_validator("pattern")(classmethod(lambda cls, v: _regexes([v])[0]))
 
@@ -46,29 +57,60 @@ def _regexes(patterns: list[str]) -> list[str]:
 class CodeSpec(StrictModel):
     type: Literal["code"] = Field("code", description="Reward function family: code.")
     mode: Literal["binary", "partial", "shaped"] = Field(
-        "partial", description="binary: 1 if all tests pass; partial: fraction passed; shaped: weighted "
-                               "syntax-valid + ran-without-error + fraction passed.")
-    syntax_weight: float = Field(0.1, ge=0, description="shaped mode: weight of 'the code compiles'.")
-    runs_weight: float = Field(0.2, ge=0, description="shaped mode: weight of 'the code ran without error'.")
-    tests_weight: float = Field(0.7, ge=0, description="shaped mode: weight of the fraction of tests passed.")
-    wall_s: float = Field(2.0, gt=0, le=600, description="Wall-clock limit per completion (seconds).")
-    cpu_s: float = Field(2.0, gt=0, le=600, description="CPU-time limit per completion (RLIMIT_CPU, seconds).")
-    memory_mb: int = Field(256, ge=32, le=65536, description="Address-space limit (RLIMIT_AS, MiB).")
-    file_size_mb: int = Field(8, ge=1, le=4096, description="Largest file the code may write (RLIMIT_FSIZE, MiB).")
-    disk_mb: int = Field(64, ge=1, le=65536, description="Size of the sandbox tmpfs shared by running jobs (MiB).")
-    nproc: int = Field(32, ge=1, le=4096, description="Process limit per job (RLIMIT_NPROC on a per-job uid).")
+        "partial",
+        description="binary: 1 if all tests pass; partial: fraction passed; shaped: weighted "
+        "syntax-valid + ran-without-error + fraction passed.",
+    )
+    syntax_weight: float = Field(
+        0.1, ge=0, description="shaped mode: weight of 'the code compiles'."
+    )
+    runs_weight: float = Field(
+        0.2, ge=0, description="shaped mode: weight of 'the code ran without error'."
+    )
+    tests_weight: float = Field(
+        0.7, ge=0, description="shaped mode: weight of the fraction of tests passed."
+    )
+    wall_s: float = Field(
+        2.0, gt=0, le=600, description="Wall-clock limit per completion (seconds)."
+    )
+    cpu_s: float = Field(
+        2.0, gt=0, le=600, description="CPU-time limit per completion (RLIMIT_CPU, seconds)."
+    )
+    memory_mb: int = Field(
+        256, ge=32, le=65536, description="Address-space limit (RLIMIT_AS, MiB)."
+    )
+    file_size_mb: int = Field(
+        8, ge=1, le=4096, description="Largest file the code may write (RLIMIT_FSIZE, MiB)."
+    )
+    disk_mb: int = Field(
+        64, ge=1, le=65536, description="Size of the sandbox tmpfs shared by running jobs (MiB)."
+    )
+    nproc: int = Field(
+        32, ge=1, le=4096, description="Process limit per job (RLIMIT_NPROC on a per-job uid)."
+    )
     nofile: int = Field(64, ge=16, le=4096, description="Open-file limit per job (RLIMIT_NOFILE).")
-    concurrency: int = Field(default_factory=lambda: min(32, 2 * (os.cpu_count() or 1)), ge=1, le=256,
-                             description="Jobs run at once (the bounded pool); the rest wait in a queue.")
+    concurrency: int = Field(
+        default_factory=lambda: min(32, 2 * (os.cpu_count() or 1)),
+        ge=1,
+        le=256,
+        description="Jobs run at once (the bounded pool); the rest wait in a queue.",
+    )
     isolation: Literal["auto", "namespaces", "guard"] = Field(
-        "auto", description="namespaces: own net/mount/pid namespaces, read-only filesystem, per-job uid "
-                            "(needs root); guard: rlimits + an in-process audit-hook guard; auto: namespaces "
-                            "when root, else guard.")
-    uid_base: int = Field(0, ge=0, lt=2**31, description="First uid of the per-job uids (0: a random block).")
-    prepend_prompt: bool = Field(False, description="Run prompt + code (HumanEval style: the prompt holds the "
-                                                    "signature).")
+        "auto",
+        description="namespaces: own net/mount/pid namespaces, read-only filesystem, per-job uid "
+        "(needs root); guard: rlimits + an in-process audit-hook guard; auto: namespaces "
+        "when root, else guard.",
+    )
+    uid_base: int = Field(
+        0, ge=0, lt=2**31, description="First uid of the per-job uids (0: a random block)."
+    )
+    prepend_prompt: bool = Field(
+        False, description="Run prompt + code (HumanEval style: the prompt holds the signature)."
+    )
     max_code_chars: int = Field(50_000, ge=1, description="Longer code is not run (status error).")
-    max_tests: int = Field(200, ge=1, description="Largest number of test snippets a reference may hold.")
+    max_tests: int = Field(
+        200, ge=1, description="Largest number of test snippets a reference may hold."
+    )
 
     @model_validator(mode="after")
     def _weights(self):
@@ -78,20 +120,35 @@ class CodeSpec(StrictModel):
 
 
 class RewardModelSpec(StrictModel):
-    type: Literal["reward_model"] = Field("reward_model", description="Reward function family: reward_model.")
-    path: str = Field(..., min_length=1,
-                      description="Directory written by `python -m services.reward.training.rm_train`.")
+    type: Literal["reward_model"] = Field(
+        "reward_model", description="Reward function family: reward_model."
+    )
+    path: str = Field(
+        ...,
+        min_length=1,
+        description="Directory written by `python -m services.reward.training.rm_train`.",
+    )
     batch_size: int = Field(32, ge=1, le=4096, description="Sequences per forward pass.")
-    max_length: int = Field(512, ge=8, description="Tokens kept per sequence (longer inputs keep their tail).")
-    template: str = Field("{prompt}{completion}", description="How prompt and completion are joined.")
+    max_length: int = Field(
+        512, ge=8, description="Tokens kept per sequence (longer inputs keep their tail)."
+    )
+    template: str = Field(
+        "{prompt}{completion}", description="How prompt and completion are joined."
+    )
     scale: float = Field(1.0, description="reward = scale * (raw score - offset).")
     offset: float = Field(0.0, description="Subtracted from the raw score before scaling.")
-    threads: int = Field(0, ge=0, le=256, description="torch CPU threads for scoring (0: leave torch's default).")
+    threads: int = Field(
+        0, ge=0, le=256, description="torch CPU threads for scoring (0: leave torch's default)."
+    )
 
 
 class RelevanceSpec(StrictModel):
-    type: Literal["relevance"] = Field("relevance", description="Reward function family: relevance.")
-    model_path: str = Field("", description="Local transformers encoder (mean-pooled); empty: char n-gram cosine.")
+    type: Literal["relevance"] = Field(
+        "relevance", description="Reward function family: relevance."
+    )
+    model_path: str = Field(
+        "", description="Local transformers encoder (mean-pooled); empty: char n-gram cosine."
+    )
     ngram: int = Field(3, ge=1, le=8, description="Fallback: character n-gram size.")
     max_length: int = Field(256, ge=8, description="Tokens per text for the embedding model.")
     batch_size: int = Field(32, ge=1, description="Texts per forward pass for the embedding model.")
@@ -99,21 +156,34 @@ class RelevanceSpec(StrictModel):
 
 class SafetySpec(StrictModel):
     type: Literal["safety"] = Field("safety", description="Reward function family: safety.")
-    sensitive_words: list[str] | None = Field(None, description="Any of these (whole word, case-insensitive) → "
-                                                                "reward 0; None: the built-in list.")
-    toxicity_lexicon: dict[str, float] | None = Field(None, description="word → weight in (0, 1]; None: built-in.")
-    toxicity_scale: float = Field(1.0, gt=0, description="toxicity = min(1, sum of hit weights / scale).")
+    sensitive_words: list[str] | None = Field(
+        None,
+        description="Any of these (whole word, case-insensitive) → "
+        "reward 0; None: the built-in list.",
+    )
+    toxicity_lexicon: dict[str, float] | None = Field(
+        None, description="word → weight in (0, 1]; None: built-in."
+    )
+    toxicity_scale: float = Field(
+        1.0, gt=0, description="toxicity = min(1, sum of hit weights / scale)."
+    )
 
 
 class DiversitySpec(StrictModel):
-    type: Literal["diversity"] = Field("diversity", description="Reward function family: diversity.")
+    type: Literal["diversity"] = Field(
+        "diversity", description="Reward function family: diversity."
+    )
     n: int = Field(2, ge=1, le=8, description="n-gram order.")
     unit: Literal["word", "char"] = Field("word", description="Tokens are words or characters.")
 
 
 class CompositeSpec(StrictModel):
-    type: Literal["composite"] = Field("composite", description="Reward function family: composite.")
-    components: dict[str, float] = Field(..., description="Registry name → weight; total = sum(weight * reward).")
+    type: Literal["composite"] = Field(
+        "composite", description="Reward function family: composite."
+    )
+    components: dict[str, float] = Field(
+        ..., description="Registry name → weight; total = sum(weight * reward)."
+    )
 
     @field_validator("components")
     @classmethod
@@ -124,17 +194,32 @@ class CompositeSpec(StrictModel):
 
 class JudgeSpec(StrictModel):
     type: Literal["judge"] = Field("judge", description="Reward function family: judge.")
-    base_url: str = Field(..., min_length=1, description="OpenAI-compatible server root, e.g. http://host:8000 "
-                                                         "(the judge posts to {base_url}/v1/chat/completions).")
+    base_url: str = Field(
+        ...,
+        min_length=1,
+        description="OpenAI-compatible server root, e.g. http://host:8000 "
+        "(the judge posts to {base_url}/v1/chat/completions).",
+    )
     model: str = Field("judge", description="Model name sent in the request.")
-    api_key_env: str = Field("", description="Environment variable holding the API key (never the key itself).")
-    rubric: str = Field("", description="Prompt template with {prompt}, {completion}, {reference}, {min}, {max}; "
-                                        "empty: the built-in rubric.")
+    api_key_env: str = Field(
+        "", description="Environment variable holding the API key (never the key itself)."
+    )
+    rubric: str = Field(
+        "",
+        description="Prompt template with {prompt}, {completion}, {reference}, {min}, {max}; "
+        "empty: the built-in rubric.",
+    )
     score_min: float = Field(0.0, description="Lowest score the rubric allows.")
-    score_max: float = Field(10.0, description="Highest score the rubric allows; reward = score scaled to [0, 1].")
+    score_max: float = Field(
+        10.0, description="Highest score the rubric allows; reward = score scaled to [0, 1]."
+    )
     timeout_s: float = Field(30.0, gt=0, le=600, description="Per-request timeout.")
-    retries: int = Field(2, ge=0, le=10, description="Extra attempts after a timeout, connection error, 429 or 5xx.")
-    backoff_s: float = Field(0.5, ge=0, le=60, description="Sleep before retry k is backoff_s * 2**k.")
+    retries: int = Field(
+        2, ge=0, le=10, description="Extra attempts after a timeout, connection error, 429 or 5xx."
+    )
+    backoff_s: float = Field(
+        0.5, ge=0, le=60, description="Sleep before retry k is backoff_s * 2**k."
+    )
     concurrency: int = Field(8, ge=1, le=256, description="Requests in flight at once.")
     max_tokens: int = Field(256, ge=1, description="max_tokens sent to the judge.")
     temperature: float = Field(0.0, ge=0, le=2, description="temperature sent to the judge.")
@@ -148,55 +233,104 @@ class JudgeSpec(StrictModel):
 
 class PipelineSpec(StrictModel):
     type: Literal["pipeline"] = Field("pipeline", description="Reward function family: pipeline.")
-    scorer: str = Field(..., description="The expensive function run only for paths that pass every check.")
-    max_chars: int = Field(0, ge=0, description="Safety filter: completions are truncated to this length (0: off).")
-    sensitive_words: list[str] = Field(default_factory=list, description="Safety filter: any of these → status "
-                                                                         "filtered (checked before everything).")
+    scorer: str = Field(
+        ..., description="The expensive function run only for paths that pass every check."
+    )
+    max_chars: int = Field(
+        0, ge=0, description="Safety filter: completions are truncated to this length (0: off)."
+    )
+    sensitive_words: list[str] = Field(
+        default_factory=list,
+        description="Safety filter: any of these → status filtered (checked before everything).",
+    )
     filtered_reward: float = Field(0.0, description="Reward of a filtered path.")
     min_chars: int = Field(0, ge=0, description="Rule: shorter completions fail (early exit).")
     max_chars_rule: int = Field(0, ge=0, description="Rule: longer completions fail (0: off).")
-    require_regex: list[str] = Field(default_factory=list, description="Rule: each must match somewhere.")
+    require_regex: list[str] = Field(
+        default_factory=list, description="Rule: each must match somewhere."
+    )
     forbid_regex: list[str] = Field(default_factory=list, description="Rule: none may match.")
-    gates: dict[str, float] = Field(default_factory=dict, description="Cheap registry functions → the minimum "
-                                                                      "reward to continue, run in order.")
+    gates: dict[str, float] = Field(
+        default_factory=dict,
+        description="Cheap registry functions → the minimum reward to continue, run in order.",
+    )
     fail_reward: float = Field(0.0, description="Reward of a path that fails a rule or gate.")
     clip: float = Field(3.0, ge=0, description="Final reward is clipped to [-clip, clip] (0: off).")
 
-    _valid = field_validator("require_regex", "forbid_regex")(classmethod(lambda cls, v: _regexes(v)))
+    _valid = field_validator("require_regex", "forbid_regex")(
+        classmethod(lambda cls, v: _regexes(v))
+    )
 
 
-FunctionSpec = Annotated[Union[MathAnswerSpec, ExactMatchSpec, FormatSpec, CodeSpec, RewardModelSpec, RelevanceSpec,
-                               SafetySpec, DiversitySpec, CompositeSpec, JudgeSpec, PipelineSpec],
-                         Field(discriminator="type")]
+FunctionSpec = Annotated[
+    Union[
+        MathAnswerSpec,
+        ExactMatchSpec,
+        FormatSpec,
+        CodeSpec,
+        RewardModelSpec,
+        RelevanceSpec,
+        SafetySpec,
+        DiversitySpec,
+        CompositeSpec,
+        JudgeSpec,
+        PipelineSpec,
+    ],
+    Field(discriminator="type"),
+]
 
 
 class Builtin(NamedTuple):
     """A reward function every reward service has under its own name unless ``functions`` lists that name."""
-    spec: Callable[[], StrictModel]   # factory of its default settings; the registry builds the function from them
-    description: str                  # one line: what ListRewardFunctions says (the function's class reads it here)
+
+    spec: Callable[
+        [], StrictModel
+    ]  # factory of its default settings; the registry builds the function from them
+    description: str  # one line: what ListRewardFunctions says (the function's class reads it here)
 
 
 # The one table of built-in reward functions. build_registry registers every entry; ListRewardFunctions shows
 # these descriptions; docs/rewards.md ("Built-in functions") lists the same names (tests/unit/reward/
 # test_reward_layers.py checks that they agree).
 BUILTIN_FUNCTIONS: dict[str, Builtin] = {
-    "math_answer": Builtin(MathAnswerSpec, "1 if the completion's final answer (\\boxed{}, 'the answer is', or last "
-                                           "number) equals the reference numerically or symbolically, else 0."),
-    "exact_match": Builtin(ExactMatchSpec, "1 if the completion is exactly the reference string (surrounding "
-                                           "whitespace ignored), else 0: '098' does not match '98', unlike "
-                                           "math_answer."),
-    "format": Builtin(FormatSpec, "1 if the completion is a single bare number (optionally \\boxed{}), else 0; "
-                                  "no reference needed."),
-    "code": Builtin(CodeSpec, "Runs the completion's Python code against the reference's unit tests in a sandbox "
-                              "(binary / partial / shaped rewards)."),
-    "relevance": Builtin(RelevanceSpec, "Cosine similarity of prompt and completion (local embedding model, else "
-                                        "char n-gram bags)."),
-    "safety": Builtin(SafetySpec, "1 - lexicon toxicity; 0 when a sensitive word or phrase appears (word lists, "
-                                  "not a classifier)."),
-    "diversity": Builtin(DiversitySpec, "Normalised n-gram entropy of the completion (1: no repetition, ~0: "
-                                        "degenerate repetition)."),
+    "math_answer": Builtin(
+        MathAnswerSpec,
+        "1 if the completion's final answer (\\boxed{}, 'the answer is', or last "
+        "number) equals the reference numerically or symbolically, else 0.",
+    ),
+    "exact_match": Builtin(
+        ExactMatchSpec,
+        "1 if the completion is exactly the reference string (surrounding "
+        "whitespace ignored), else 0: '098' does not match '98', unlike "
+        "math_answer.",
+    ),
+    "format": Builtin(
+        FormatSpec,
+        "1 if the completion is a single bare number (optionally \\boxed{}), else 0; "
+        "no reference needed.",
+    ),
+    "code": Builtin(
+        CodeSpec,
+        "Runs the completion's Python code against the reference's unit tests in a sandbox "
+        "(binary / partial / shaped rewards).",
+    ),
+    "relevance": Builtin(
+        RelevanceSpec,
+        "Cosine similarity of prompt and completion (local embedding model, else "
+        "char n-gram bags).",
+    ),
+    "safety": Builtin(
+        SafetySpec,
+        "1 - lexicon toxicity; 0 when a sensitive word or phrase appears (word lists, "
+        "not a classifier).",
+    ),
+    "diversity": Builtin(
+        DiversitySpec,
+        "Normalised n-gram entropy of the completion (1: no repetition, ~0: "
+        "degenerate repetition).",
+    ),
 }
-DEFAULT_FUNCTIONS = tuple(BUILTIN_FUNCTIONS)   # the built-in names, in table order
+DEFAULT_FUNCTIONS = tuple(BUILTIN_FUNCTIONS)  # the built-in names, in table order
 
 
 def default_specs() -> dict[str, StrictModel]:
@@ -218,20 +352,28 @@ def check_weights(weights: dict[str, float]) -> None:
 
 
 class RewardServiceConfig(StrictModel):
-    bind: str = Field("127.0.0.1:50052", description="host:port to serve on (port 0 picks a free one).")
-    max_batch: int = Field(4096, ge=1, description="Largest ScoreBatch accepted; more is RESOURCE_EXHAUSTED.")
+    bind: str = Field(
+        "127.0.0.1:50052", description="host:port to serve on (port 0 picks a free one)."
+    )
+    max_batch: int = Field(
+        4096, ge=1, description="Largest ScoreBatch accepted; more is RESOURCE_EXHAUSTED."
+    )
     workers: int = Field(8, ge=1, le=256, description="gRPC handler threads.")
     port_file: str = Field("", description="If set, the bound port is written here once serving.")
     clip: float = Field(3.0, ge=0, description="Every reward is clipped to [-clip, clip] (0: off).")
-    functions: dict[str, FunctionSpec] = Field(default_factory=default_specs,
-                                               description="Reward functions by name (type + params); every "
-                                                           "name in BUILTIN_FUNCTIONS exists even when not "
-                                                           "listed, and listing it replaces its defaults.")
+    functions: dict[str, FunctionSpec] = Field(
+        default_factory=default_specs,
+        description="Reward functions by name (type + params); every "
+        "name in BUILTIN_FUNCTIONS exists even when not "
+        "listed, and listing it replaces its defaults.",
+    )
 
     @field_validator("functions")
     @classmethod
     def _names(cls, value: dict) -> dict:
         for name in value:
             if not name or ":" in name or name != name.strip():
-                raise ValueError(f"function name {name!r} must be non-empty, without ':' or outer spaces")
+                raise ValueError(
+                    f"function name {name!r} must be non-empty, without ':' or outer spaces"
+                )
         return value

@@ -4,6 +4,7 @@
 "error" for its items (never an exception), rewards are clipped to ±clip, and every path gets a latency.
 Names of the form ``composite:a=0.5,b=0.5`` are built on the fly from registered components.
 """
+
 from __future__ import annotations
 
 import logging
@@ -15,7 +16,7 @@ from brorl.errors import InvalidArgument
 from services.reward.base import RewardFunction, Score, ScoreItem
 
 log = logging.getLogger(__name__)
-MAX_INLINE = 64          # inline composites kept built at once
+MAX_INLINE = 64  # inline composites kept built at once
 
 
 class Registry:
@@ -36,21 +37,27 @@ class Registry:
         if name in self._functions:
             return self._functions[name]
         from services.reward.functions.composite import INLINE_PREFIX, Composite, parse_inline
+
         if name.startswith(INLINE_PREFIX):
             with self._lock:
                 if name not in self._inline:
                     weights = parse_inline(name)
                     unknown = [c for c in weights if c not in self._functions]
                     if unknown:
-                        raise InvalidArgument("reward_fn", f"composite component(s) {unknown} unknown; available: "
-                                                           f"{', '.join(self.names())}")
+                        raise InvalidArgument(
+                            "reward_fn",
+                            f"composite component(s) {unknown} unknown; available: "
+                            f"{', '.join(self.names())}",
+                        )
                     if len(self._inline) >= MAX_INLINE:
                         self._inline.pop(next(iter(self._inline)))
                     self._inline[name] = Composite(name, weights, self)
                 return self._inline[name]
         known = ", ".join(self.names()) or "none"
-        raise InvalidArgument("reward_fn", f"unknown reward function {name!r}; available: {known} "
-                                           "(or composite:name=weight,...)")
+        raise InvalidArgument(
+            "reward_fn",
+            f"unknown reward function {name!r}; available: {known} (or composite:name=weight,...)",
+        )
 
     def names(self) -> list[str]:
         return sorted(self._functions)
@@ -67,14 +74,27 @@ class Registry:
             if len(scores) != len(items):
                 raise RuntimeError(f"returned {len(scores)} scores for {len(items)} items")
         except Exception as exc:  # noqa: BLE001 - one broken function must not take the service down
-            log.warning("reward function %s failed on %d items: %s: %s", name, len(items), type(exc).__name__, exc)
-            scores = [Score(0.0, status="error", detail=f"{name} failed: {type(exc).__name__}: {exc}") for _ in items]
+            log.warning(
+                "reward function %s failed on %d items: %s: %s",
+                name,
+                len(items),
+                type(exc).__name__,
+                exc,
+            )
+            scores = [
+                Score(0.0, status="error", detail=f"{name} failed: {type(exc).__name__}: {exc}")
+                for _ in items
+            ]
         elapsed_ms = (time.perf_counter() - start) * 1000 / max(len(items), 1)
         for s in scores:
             if not s.latency_ms:
                 s.latency_ms = elapsed_ms
             if not math.isfinite(s.reward):
-                s.reward, s.status, s.detail = 0.0, "error", f"{name} returned a non-finite reward ({s.reward})"
+                s.reward, s.status, s.detail = (
+                    0.0,
+                    "error",
+                    f"{name} returned a non-finite reward ({s.reward})",
+                )
             elif self.clip:
                 s.reward = max(-self.clip, min(self.clip, s.reward))
         return scores
@@ -84,12 +104,16 @@ class Registry:
         for name, fn in self._functions.items():
             for dep in getattr(fn, "dependencies", lambda: [])():
                 if dep not in self._functions:
-                    raise InvalidArgument(f"functions.{name}", f"uses unknown function {dep!r}; available: "
-                                                               f"{', '.join(self.names())}")
+                    raise InvalidArgument(
+                        f"functions.{name}",
+                        f"uses unknown function {dep!r}; available: {', '.join(self.names())}",
+                    )
 
         def visit(name: str, path: list[str]) -> None:
             if name in path:
-                raise InvalidArgument(f"functions.{name}", f"depends on itself: {' -> '.join(path + [name])}")
+                raise InvalidArgument(
+                    f"functions.{name}", f"depends on itself: {' -> '.join(path + [name])}"
+                )
             for dep in getattr(self._functions[name], "dependencies", lambda: [])():
                 visit(dep, path + [name])
 
@@ -115,31 +139,43 @@ def build_function(name: str, spec, registry: Registry) -> RewardFunction:
     kind = spec.type
     if kind == "math_answer":
         from services.reward.functions.math_verifier import MathAnswer
+
         return MathAnswer(name, spec.rel_tol, spec.symbolic)
     if kind == "exact_match":
         from services.reward.functions.math_verifier import ExactMatch
+
         return ExactMatch(name, spec.strip)
     if kind == "format":
         from services.reward.functions.math_verifier import FormatReward
+
         return FormatReward(name, spec.pattern)
     if kind == "code":
         from services.reward.functions.code_reward import CodeReward
+
         return CodeReward(name, spec)
     if kind == "reward_model":
         from services.reward.functions.reward_model import RewardModel
+
         return RewardModel(name, spec)
     if kind in ("relevance", "safety", "diversity"):
         from services.reward.functions import text_rewards
-        return {"relevance": text_rewards.Relevance, "safety": text_rewards.Safety,
-                "diversity": text_rewards.Diversity}[kind](name, spec)
+
+        return {
+            "relevance": text_rewards.Relevance,
+            "safety": text_rewards.Safety,
+            "diversity": text_rewards.Diversity,
+        }[kind](name, spec)
     if kind == "composite":
         from services.reward.functions.composite import Composite
+
         return Composite(name, spec.components, registry)
     if kind == "judge":
         from services.reward.functions.judge import LLMJudge
+
         return LLMJudge(name, spec)
     if kind == "pipeline":
         from services.reward.functions.pipeline import Pipeline
+
         return Pipeline(name, spec, registry)
     raise InvalidArgument(f"functions.{name}.type", f"unknown type {kind!r}")
 
@@ -148,7 +184,11 @@ def build_registry(config) -> Registry:
     """The registry for a RewardServiceConfig: the built-ins (config.BUILTIN_FUNCTIONS with their default
     settings), overridden and extended by config.functions."""
     from services.reward.config import BUILTIN_FUNCTIONS
-    specs = {**{name: builtin.spec() for name, builtin in BUILTIN_FUNCTIONS.items()}, **config.functions}
+
+    specs = {
+        **{name: builtin.spec() for name, builtin in BUILTIN_FUNCTIONS.items()},
+        **config.functions,
+    }
     registry = Registry(clip=config.clip)
     try:
         for name, spec in specs.items():
@@ -162,4 +202,5 @@ def build_registry(config) -> Registry:
 
 def default_registry() -> Registry:
     from services.reward.config import RewardServiceConfig
+
     return build_registry(RewardServiceConfig())

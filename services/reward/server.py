@@ -1,9 +1,9 @@
 """RewardService servicer: protobuf → registry call → protobuf."""
+
 from __future__ import annotations
 
 import logging
 import time
-from pathlib import Path
 
 from brorl import rpc
 from brorl.errors import InvalidArgument, ResourceExhausted
@@ -17,12 +17,20 @@ SERVICE_NAME = reward_pb2.DESCRIPTOR.services_by_name["RewardService"].full_name
 
 
 def _result(item_id: str, s: Score) -> reward_pb2.ScoreResult:
-    return reward_pb2.ScoreResult(id=item_id, reward=s.reward, components=s.components, status=s.status,
-                                  detail=s.detail, latency_ms=s.latency_ms)
+    return reward_pb2.ScoreResult(
+        id=item_id,
+        reward=s.reward,
+        components=s.components,
+        status=s.status,
+        detail=s.detail,
+        latency_ms=s.latency_ms,
+    )
 
 
 def _item(req: reward_pb2.ScoreRequest) -> ScoreItem:
-    return ScoreItem(id=req.id, prompt=req.prompt, completion=req.completion, reference=req.reference)
+    return ScoreItem(
+        id=req.id, prompt=req.prompt, completion=req.completion, reference=req.reference
+    )
 
 
 class RewardServicer(reward_pb2_grpc.RewardServiceServicer):
@@ -42,19 +50,28 @@ class RewardServicer(reward_pb2_grpc.RewardServiceServicer):
         if not request.reward_fn:
             raise InvalidArgument("reward_fn", "is empty; name a function from ListRewardFunctions")
         if len(request.items) > self.max_batch:
-            raise ResourceExhausted(f"items: batch of {len(request.items)} exceeds max_batch={self.max_batch}; "
-                                    f"split it into batches of at most {self.max_batch}")
-        self.registry.get(request.reward_fn)  # unknown name → INVALID_ARGUMENT even for an empty batch
+            raise ResourceExhausted(
+                f"items: batch of {len(request.items)} exceeds max_batch={self.max_batch}; "
+                f"split it into batches of at most {self.max_batch}"
+            )
+        self.registry.get(
+            request.reward_fn
+        )  # unknown name → INVALID_ARGUMENT even for an empty batch
         start = time.perf_counter()
         scores = self.registry.score(request.reward_fn, [_item(i) for i in request.items])
         return reward_pb2.ScoreBatchResponse(
             results=[_result(i.id, s) for i, s in zip(request.items, scores)],
-            latency_ms=(time.perf_counter() - start) * 1000)
+            latency_ms=(time.perf_counter() - start) * 1000,
+        )
 
     @rpc.translate_errors
     def ListRewardFunctions(self, request, context):
         return reward_pb2.ListRewardFunctionsResponse(
-            functions=[reward_pb2.RewardFunctionInfo(name=n, description=d) for n, d in self.registry.describe()])
+            functions=[
+                reward_pb2.RewardFunctionInfo(name=n, description=d)
+                for n, d in self.registry.describe()
+            ]
+        )
 
 
 class RewardServer(rpc.Server):

@@ -9,22 +9,47 @@ class EngineConfig(StrictModel):
     dtype: str = Field("float32", description="Model dtype in vLLM.")
     max_model_len: int = Field(64, ge=8, description="Prompt + completion tokens per path.")
     max_num_seqs: int = Field(512, ge=1, description="Sequences vLLM batches in one engine step.")
-    gpu_memory_utilization: float = Field(0.3, gt=0, le=1, description="On CPU: fraction of a NUMA node's RAM vLLM reserves.")
+    gpu_memory_utilization: float = Field(
+        0.3, gt=0, le=1, description="On CPU: fraction of a NUMA node's RAM vLLM reserves."
+    )
     kv_cache_gib: int = Field(1, ge=1, description="VLLM_CPU_KVCACHE_SPACE on CPU (GiB).")
     enable_prefix_caching: bool = Field(True, description="Compute a group's shared prompt once.")
     seed: int = Field(0, description="Engine seed.")
 
 
 class RolloutServiceConfig(StrictModel):
-    model: str = Field(..., description="Hugging Face model directory (the policy's initial weights, version 0).")
-    bind: str = Field("127.0.0.1:50051", description="host:port of the RolloutService (port 0 picks a free one).")
-    redis_url: str = Field("redis://127.0.0.1:6379/0", description="Redis holding the work streams.")
-    reward_address: str = Field("127.0.0.1:50052", description="RewardService host:port used by the worker loop.")
-    run_id: str = Field("", description="Run to work for; empty follows the active run of the learner in `namespace`.")
-    namespace: str = Field("default", min_length=1, description="Cluster namespace: workers follow the learner of the same namespace (clusters sharing a Redis stay apart).")
-    worker_loop: bool = Field(True, description="Consume prompt jobs from Redis (off: serve Generate only).")
+    model: str = Field(
+        ..., description="Hugging Face model directory (the policy's initial weights, version 0)."
+    )
+    bind: str = Field(
+        "127.0.0.1:50051", description="host:port of the RolloutService (port 0 picks a free one)."
+    )
+    redis_url: str = Field(
+        "redis://127.0.0.1:6379/0", description="Redis holding the work streams."
+    )
+    reward_address: str = Field(
+        "127.0.0.1:50052", description="RewardService host:port used by the worker loop."
+    )
+    run_id: str = Field(
+        "",
+        description="Run to work for; empty follows the active run of the learner in `namespace`.",
+    )
+    namespace: str = Field(
+        "default",
+        min_length=1,
+        description="Cluster namespace: workers follow the learner of the same namespace (clusters sharing a Redis stay apart).",
+    )
+    worker_loop: bool = Field(
+        True, description="Consume prompt jobs from Redis (off: serve Generate only)."
+    )
     max_n: int = Field(1024, ge=1, description="Largest n accepted by Generate.")
-    claim_idle_ms: int = Field(30_000, ge=100, description="Reclaim a prompt job when its worker has not renewed its lease for this long (a live worker renews every third of it).")
+    claim_idle_ms: int = Field(
+        30_000,
+        ge=100,
+        description="Reclaim a prompt job when its worker has not renewed its lease for this long (a live worker renews every third of it).",
+    )
     reward_deadline_s: float = Field(120.0, gt=0, description="Deadline of one ScoreBatch call.")
-    engine: EngineConfig = Field(default_factory=EngineConfig, description="The vLLM engine of this worker.")
+    engine: EngineConfig = Field(
+        default_factory=EngineConfig, description="The vLLM engine of this worker."
+    )
     port_file: str = Field("", description="If set, the bound port is written here once serving.")

@@ -30,6 +30,7 @@ compared all-pairs, smallest first, up to ``_PAIR_BUDGET`` pairs; in the remaini
 buckets each member is compared with the bucket's first member and its next ``_WINDOW`` members,
 which bounds the work at O(_PAIR_BUDGET + P·B·_WINDOW) even when hundreds of paths nearly agree.
 """
+
 from __future__ import annotations
 
 from itertools import chain
@@ -65,7 +66,11 @@ def _flatten(seqs: Sequence[Sequence[int]]) -> tuple[np.ndarray, np.ndarray]:
     lengths = np.fromiter((len(s) for s in seqs), dtype=np.int64, count=len(seqs))  # (P,)
     total = int(lengths.sum())
     if seqs and all(isinstance(s, np.ndarray) for s in seqs):
-        flat = np.concatenate([np.asarray(s, dtype=np.int64).ravel() for s in seqs]) if total else np.zeros(0, np.int64)
+        flat = (
+            np.concatenate([np.asarray(s, dtype=np.int64).ravel() for s in seqs])
+            if total
+            else np.zeros(0, np.int64)
+        )
     else:
         flat = np.fromiter(chain.from_iterable(seqs), dtype=np.int64, count=total)  # (T,)
     return flat, lengths
@@ -100,7 +105,9 @@ def _perm_params(num_perm: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
     return a, b
 
 
-def minhash_signatures(seqs: Sequence[Sequence[int]], n: int = 3, num_perm: int = 64, seed: int = 0) -> np.ndarray:
+def minhash_signatures(
+    seqs: Sequence[Sequence[int]], n: int = 3, num_perm: int = 64, seed: int = 0
+) -> np.ndarray:
     """MinHash signatures of the paths' n-gram sets -> (P, num_perm) uint64 (see module docstring)."""
     if num_perm < 1:
         raise ValueError(f"num_perm must be at least 1, got {num_perm}")
@@ -130,7 +137,9 @@ def _components(n: int, u: np.ndarray, v: np.ndarray) -> np.ndarray:
         u, v, pu, pv = u[open_], v[open_], pu[open_], pv[open_]
         if not u.size:
             break
-        np.minimum.at(parent, np.maximum(pu, pv), np.minimum(pu, pv))  # hook larger root under smaller
+        np.minimum.at(
+            parent, np.maximum(pu, pv), np.minimum(pu, pv)
+        )  # hook larger root under smaller
         while True:  # compress every chain to its root
             grand = parent[parent]
             if np.array_equal(grand, parent):
@@ -156,7 +165,9 @@ def _candidate_pairs(sig: np.ndarray, bands: int) -> tuple[np.ndarray, np.ndarra
     key = np.zeros((U, bands), dtype=np.uint64)  # (U, B)
     banded = sig.reshape(U, bands, rows)
     for r in range(rows):
-        key = _fmix64(key ^ (banded[:, :, r] + np.uint64((0x9E3779B97F4A7C15 * (r + 1)) & 0xFFFFFFFFFFFFFFFF)))
+        key = _fmix64(
+            key ^ (banded[:, :, r] + np.uint64((0x9E3779B97F4A7C15 * (r + 1)) & 0xFFFFFFFFFFFFFFFF))
+        )
     key = _fmix64(key ^ (np.arange(bands, dtype=np.uint64) * _C1))  # salt each band
     flat = key.T.ravel()  # (B*U,) band-major, path order inside a band
     order = np.argsort(flat, kind="stable")
@@ -168,12 +179,16 @@ def _candidate_pairs(sig: np.ndarray, bands: int) -> tuple[np.ndarray, np.ndarra
     sizes = np.diff(np.append(starts, flat.size))  # (Q,)
     cost = sizes * (sizes - 1) // 2  # (Q,) pairs inside each bucket
     by_size = np.argsort(sizes, kind="stable")
-    full = np.zeros(sizes.size, dtype=bool)  # (Q,) buckets compared all-pairs: smallest first, within budget
+    full = np.zeros(
+        sizes.size, dtype=bool
+    )  # (Q,) buckets compared all-pairs: smallest first, within budget
     full[by_size[np.cumsum(cost[by_size]) <= _PAIR_BUDGET]] = True
     pos = np.arange(flat.size)  # (N,)
     bucket_start = np.repeat(starts, sizes)  # (N,)
     rank = pos - bucket_start  # (N,) position inside the bucket
-    count = np.where(np.repeat(full, sizes), np.repeat(sizes, sizes) - 1 - rank, 0)  # (N,) later partners
+    count = np.where(
+        np.repeat(full, sizes), np.repeat(sizes, sizes) - 1 - rank, 0
+    )  # (N,) later partners
     src = np.repeat(pos, count)  # (E_full,)
     offset = np.arange(src.size) - np.repeat(np.cumsum(count) - count, count) + 1
     us, vs = [members[src]], [members[src + offset]]
@@ -190,8 +205,14 @@ def _candidate_pairs(sig: np.ndarray, bands: int) -> tuple[np.ndarray, np.ndarra
     return code // U, code % U
 
 
-def near_duplicate_clusters(seqs: Sequence[Sequence[int]], threshold: float = 0.8, n: int = 3, num_perm: int = 64,
-                            bands: int = 16, seed: int = 0) -> np.ndarray:
+def near_duplicate_clusters(
+    seqs: Sequence[Sequence[int]],
+    threshold: float = 0.8,
+    n: int = 3,
+    num_perm: int = 64,
+    bands: int = 16,
+    seed: int = 0,
+) -> np.ndarray:
     """Near-duplicate cluster id per path (P,) int64, ids 0..C-1 in order of first appearance."""
     if not 0.0 <= threshold <= 1.0:
         raise ValueError(f"threshold must be in [0, 1], got {threshold}")
@@ -205,8 +226,8 @@ def near_duplicate_clusters(seqs: Sequence[Sequence[int]], threshold: float = 0.
     slots = uniq.astype(np.uint32)  # (U, K) lossless: hashes < 2^32 - 5, EMPTY_SLOT -> 2^32 - 1
     keep = np.zeros(u.size, dtype=bool)  # (E,)
     for s in range(0, u.size, _CHUNK):  # chunks keep the (chunk, K) gathers in cache
-        equal = np.count_nonzero(slots[u[s:s + _CHUNK]] == slots[v[s:s + _CHUNK]], axis=1)
-        keep[s:s + _CHUNK] = equal / num_perm >= threshold
+        equal = np.count_nonzero(slots[u[s : s + _CHUNK]] == slots[v[s : s + _CHUNK]], axis=1)
+        keep[s : s + _CHUNK] = equal / num_perm >= threshold
     root = _components(uniq.shape[0], u[keep], v[keep])  # (U,)
     return _first_appearance_ids(root[inverse.reshape(-1)])
 
@@ -219,7 +240,9 @@ def dedup(cluster_ids: np.ndarray, mode: str) -> np.ndarray:
     ids = np.asarray(cluster_ids).reshape(-1)  # (P,)
     if mode == "off" or ids.size == 0:
         return np.ones(ids.size, dtype=np.float64)
-    _, first, inverse, counts = np.unique(ids, return_index=True, return_inverse=True, return_counts=True)
+    _, first, inverse, counts = np.unique(
+        ids, return_index=True, return_inverse=True, return_counts=True
+    )
     if mode == "downweight":
         return 1.0 / counts[inverse.reshape(-1)].astype(np.float64)
     weights = np.zeros(ids.size, dtype=np.float64)
@@ -227,8 +250,13 @@ def dedup(cluster_ids: np.ndarray, mode: str) -> np.ndarray:
     return weights
 
 
-def path_diversity_index(seqs: Sequence[Sequence[int]], n: int = 3, num_perm: int = 64, seed: int = 0,
-                         max_pairs: int = 4096) -> float:
+def path_diversity_index(
+    seqs: Sequence[Sequence[int]],
+    n: int = 3,
+    num_perm: int = 64,
+    seed: int = 0,
+    max_pairs: int = 4096,
+) -> float:
     """PDI in [0, 1]: mean pairwise estimated Jaccard distance of the paths' n-gram sets."""
     if max_pairs < 1:
         raise ValueError(f"max_pairs must be at least 1, got {max_pairs}")
@@ -258,17 +286,26 @@ def length_stats(seqs: Sequence[Sequence[int]]) -> dict[str, float]:
     if lengths.size == 0:
         return {"mean": 0.0, "p10": 0.0, "p50": 0.0, "p90": 0.0, "max": 0.0}
     p10, p50, p90 = np.percentile(lengths, [10, 50, 90])
-    return {"mean": float(lengths.mean()), "p10": float(p10), "p50": float(p50), "p90": float(p90),
-            "max": float(lengths.max())}
+    return {
+        "mean": float(lengths.mean()),
+        "p10": float(p10),
+        "p50": float(p50),
+        "p90": float(p90),
+        "max": float(lengths.max()),
+    }
 
 
-def embedding_clusters(texts: Sequence[str], model_path: str, threshold: float = 0.95, batch_size: int = 64) -> np.ndarray:
+def embedding_clusters(
+    texts: Sequence[str], model_path: str, threshold: float = 0.95, batch_size: int = 64
+) -> np.ndarray:
     """Semantic clusters (P,) int64 from a LOCAL transformers encoder directory: mean-pooled last
     hidden state, cosine similarity ≥ threshold joins two texts (union-find); identical texts
     always share a cluster. Ids 0..C-1 in order of first appearance. Never downloads."""
     if not Path(model_path).is_dir():
-        raise ValueError(f"embedding_clusters needs a local model path (a directory with the encoder's "
-                         f"config, weights and tokenizer); {model_path!r} is not a directory")
+        raise ValueError(
+            f"embedding_clusters needs a local model path (a directory with the encoder's "
+            f"config, weights and tokenizer); {model_path!r} is not a directory"
+        )
     if batch_size < 1:
         raise ValueError(f"batch_size must be at least 1, got {batch_size}")
     texts = list(texts)
@@ -285,15 +322,26 @@ def embedding_clusters(texts: Sequence[str], model_path: str, threshold: float =
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token or tokenizer.unk_token
     if tokenizer.pad_token is None:
-        raise ValueError(f"the tokenizer in {model_path!r} has no pad, eos or unk token to pad batches with")
-    max_len = min(int(tokenizer.model_max_length), int(getattr(model.config, "max_position_embeddings", 512)))
+        raise ValueError(
+            f"the tokenizer in {model_path!r} has no pad, eos or unk token to pad batches with"
+        )
+    max_len = min(
+        int(tokenizer.model_max_length), int(getattr(model.config, "max_position_embeddings", 512))
+    )
     accepted = set(inspect.signature(model.forward).parameters)
     chunks = []
     with torch.no_grad():
         for s in range(0, P, batch_size):
-            enc = tokenizer(texts[s:s + batch_size], padding=True, truncation=True, max_length=max_len,
-                            return_tensors="pt")
-            hidden = model(**{k: t for k, t in enc.items() if k in accepted}).last_hidden_state  # (b, T, H)
+            enc = tokenizer(
+                texts[s : s + batch_size],
+                padding=True,
+                truncation=True,
+                max_length=max_len,
+                return_tensors="pt",
+            )
+            hidden = model(
+                **{k: t for k, t in enc.items() if k in accepted}
+            ).last_hidden_state  # (b, T, H)
             mask = enc["attention_mask"].unsqueeze(-1).to(hidden.dtype)  # (b, T, 1)
             pooled = (hidden * mask).sum(1) / mask.sum(1).clamp(min=1.0)  # (b, H)
             chunks.append(torch.nn.functional.normalize(pooled.float(), dim=-1))

@@ -23,6 +23,7 @@ every reload we therefore rebuild the CPU GEMM dispatch of every layer that stil
 weight (embeddings and LM heads, tied or not) from the weight now in place. Finally the
 prefix cache is reset: cached KV blocks were computed with the old weights.
 """
+
 from __future__ import annotations
 
 import logging
@@ -45,10 +46,10 @@ FINISH_REASONS = ("stop", "length")
 class Sample:
     """One sampled path (completion) of a prompt."""
 
-    token_ids: list[int]      # generated tokens, including a final EOS when one was sampled
-    logprobs: list[float]     # sampling logprob of each token in token_ids (same length)
-    text: str                 # detokenized completion (special tokens skipped)
-    finish_reason: str        # "stop" (EOS or stop string) | "length" (max_tokens reached)
+    token_ids: list[int]  # generated tokens, including a final EOS when one was sampled
+    logprobs: list[float]  # sampling logprob of each token in token_ids (same length)
+    text: str  # detokenized completion (special tokens skipped)
+    finish_reason: str  # "stop" (EOS or stop string) | "length" (max_tokens reached)
 
 
 def _safetensors_files(weights_dir: str) -> list[Path]:
@@ -135,8 +136,11 @@ class _FailedLayerFilter(logging.Filter):
 def _lm_head_is_tied(model) -> bool:
     lm_head = getattr(model, "lm_head", None)
     embed = getattr(getattr(model, "model", None), "embed_tokens", None)
-    return (lm_head is not None and embed is not None
-            and getattr(lm_head, "weight", None) is getattr(embed, "weight", False))
+    return (
+        lm_head is not None
+        and embed is not None
+        and getattr(lm_head, "weight", None) is getattr(embed, "weight", False)
+    )
 
 
 class ReloadExtension:
@@ -174,9 +178,13 @@ class ReloadExtension:
         if watch.unexpected:
             raise RuntimeError(
                 f"weights in {weights_dir} left layers without weights: {watch.unexpected} "
-                f"(tensors read: {len(names)}); the engine now holds a partial reload")
-        return {"tensors": len(names), "cpu_gemm_refreshed": refreshed,
-                "seconds": time.perf_counter() - start}
+                f"(tensors read: {len(names)}); the engine now holds a partial reload"
+            )
+        return {
+            "tensors": len(names),
+            "cpu_gemm_refreshed": refreshed,
+            "seconds": time.perf_counter() - start,
+        }
 
     def brorl_weight_checksum(self) -> float:
         """Sum of all parameters (a cheap fingerprint for debugging a reload)."""
@@ -200,10 +208,19 @@ def _prepare_process_env(kv_cache_gib: int) -> None:
 class RolloutEngine:
     """A vLLM engine that samples wide groups of paths and reloads weights in place."""
 
-    def __init__(self, model_path: str, *, dtype: str = "float32", max_model_len: int = 64,
-                 seed: int = 0, gpu_memory_utilization: float = 0.3, kv_cache_gib: int = 1,
-                 max_num_seqs: int = 512, enable_prefix_caching: bool = True,
-                 enforce_eager: bool = True) -> None:
+    def __init__(
+        self,
+        model_path: str,
+        *,
+        dtype: str = "float32",
+        max_model_len: int = 64,
+        seed: int = 0,
+        gpu_memory_utilization: float = 0.3,
+        kv_cache_gib: int = 1,
+        max_num_seqs: int = 512,
+        enable_prefix_caching: bool = True,
+        enforce_eager: bool = True,
+    ) -> None:
         _prepare_process_env(kv_cache_gib)
         from vllm import LLM
 
@@ -213,24 +230,42 @@ class RolloutEngine:
         # Tensor names of the initial checkpoint: a reload must provide all of them (a tied
         # lm_head.weight may be absent). Empty when model_path has no local safetensors.
         local = Path(self.model_path)
-        self._required_keys = (_safetensors_keys(sorted(local.glob("*.safetensors")))
-                               - {"lm_head.weight"}) if local.is_dir() else set()
+        self._required_keys = (
+            (_safetensors_keys(sorted(local.glob("*.safetensors"))) - {"lm_head.weight"})
+            if local.is_dir()
+            else set()
+        )
         start = time.perf_counter()
         self._llm = LLM(
-            model=self.model_path, dtype=dtype, max_model_len=max_model_len, seed=seed,
-            gpu_memory_utilization=gpu_memory_utilization, max_num_seqs=max_num_seqs,
-            enable_prefix_caching=enable_prefix_caching, enforce_eager=enforce_eager,
-            logprobs_mode="processed_logprobs", worker_extension_cls=EXTENSION_CLS,
+            model=self.model_path,
+            dtype=dtype,
+            max_model_len=max_model_len,
+            seed=seed,
+            gpu_memory_utilization=gpu_memory_utilization,
+            max_num_seqs=max_num_seqs,
+            enable_prefix_caching=enable_prefix_caching,
+            enforce_eager=enforce_eager,
+            logprobs_mode="processed_logprobs",
+            worker_extension_cls=EXTENSION_CLS,
             use_tqdm_on_load=False,
         )
-        logger.info("vLLM engine for %s ready in %.1f s", self.model_path,
-                    time.perf_counter() - start)
+        logger.info(
+            "vLLM engine for %s ready in %.1f s", self.model_path, time.perf_counter() - start
+        )
 
     # ------------------------------------------------------------------ sampling
-    def generate(self, prompts: list[str] | list[list[int]], *, n: int, temperature: float,
-                 top_k: int = -1, top_p: float = 1.0, max_tokens: int = 16,
-                 seed: int | None = None, stop: list[str] | None = None
-                 ) -> list[tuple[list[int], list[Sample]]]:
+    def generate(
+        self,
+        prompts: list[str] | list[list[int]],
+        *,
+        n: int,
+        temperature: float,
+        top_k: int = -1,
+        top_p: float = 1.0,
+        max_tokens: int = 16,
+        seed: int | None = None,
+        stop: list[str] | None = None,
+    ) -> list[tuple[list[int], list[Sample]]]:
         """Sample ``n`` paths per prompt; returns (prompt_token_ids, samples) per prompt.
 
         ``temperature=0`` is greedy. ``seed`` makes a call reproducible (vLLM gives path i
@@ -242,8 +277,14 @@ class RolloutEngine:
         inputs = [p if isinstance(p, str) else {"prompt_token_ids": list(p)} for p in prompts]
         try:
             params = SamplingParams(
-                n=n, temperature=temperature, top_k=top_k, top_p=top_p, max_tokens=max_tokens,
-                seed=seed, stop=stop, logprobs=0,
+                n=n,
+                temperature=temperature,
+                top_k=top_k,
+                top_p=top_p,
+                max_tokens=max_tokens,
+                seed=seed,
+                stop=stop,
+                logprobs=0,
             )
             outputs = self._llm.generate(inputs, params, use_tqdm=False)
         except VLLMValidationError as exc:
@@ -257,13 +298,20 @@ class RolloutEngine:
                 token_ids = list(comp.token_ids)
                 lps = comp.logprobs or []
                 logprobs = [float(lps[i][t].logprob) for i, t in enumerate(token_ids)]
-                samples.append(Sample(token_ids=token_ids, logprobs=logprobs, text=comp.text,
-                                      finish_reason=str(comp.finish_reason)))
+                samples.append(
+                    Sample(
+                        token_ids=token_ids,
+                        logprobs=logprobs,
+                        text=comp.text,
+                        finish_reason=str(comp.finish_reason),
+                    )
+                )
             result.append((list(out.prompt_token_ids), samples))
         return result
 
-    def score_continuation(self, prompt_token_ids: list[int],
-                           continuation_token_ids: list[int]) -> list[float]:
+    def score_continuation(
+        self, prompt_token_ids: list[int], continuation_token_ids: list[int]
+    ) -> list[float]:
         """Logprob of each continuation token given everything before it, at temperature 1
         (vLLM prompt logprobs: ``log_softmax(logits)``, no sampling processors)."""
         from vllm import SamplingParams
@@ -285,8 +333,10 @@ class RolloutEngine:
         # Check coverage before touching the engine: a partial reload would mix versions.
         missing = self._required_keys - _safetensors_keys(_safetensors_files(weights_dir))
         if missing:
-            raise ValueError(f"weights dir {weights_dir} lacks {len(missing)} tensors of the "
-                             f"model, e.g. {sorted(missing)[:5]}")
+            raise ValueError(
+                f"weights dir {weights_dir} lacks {len(missing)} tensors of the "
+                f"model, e.g. {sorted(missing)[:5]}"
+            )
         stats = self._llm.collective_rpc("brorl_reload_weights", args=(str(weights_dir),))
         self._llm.reset_prefix_cache()
         self.weight_version = int(version)

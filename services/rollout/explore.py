@@ -7,6 +7,7 @@
 Every candidate is either kept or dropped with a reason, so generated = kept + dropped
 (checked by DropLedger). Dropped paths never reach the (expensive) reward evaluation.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -16,8 +17,13 @@ import numpy as np
 
 from brorl import sampling
 from brorl.v1 import common_pb2
-from services.rollout.diversity import (dedup, embedding_clusters, near_duplicate_clusters, path_diversity_index,
-                                       unique_ngram_ratio)
+from services.rollout.diversity import (
+    dedup,
+    embedding_clusters,
+    near_duplicate_clusters,
+    path_diversity_index,
+    unique_ngram_ratio,
+)
 from services.rollout.filtering import DropLedger, adaptive_keep, mean_logprob_scores
 
 # scores the given candidate indices with a reward function on their prefixes
@@ -26,27 +32,35 @@ PrefixScorer = Callable[[str, list[int], int], np.ndarray]
 
 @dataclass
 class Selection:
-    kept: list[int]                                   # candidate indices, in candidate order
+    kept: list[int]  # candidate indices, in candidate order
     weights: dict[int, float] = field(default_factory=dict)
     dropped: dict[str, int] = field(default_factory=dict)
     stats: dict[str, float] = field(default_factory=dict)
 
 
-def select(samples, n_keep: int, explore: common_pb2.ExploreParams,
-           prefix_scorer: PrefixScorer | None = None) -> Selection:
+def select(
+    samples,
+    n_keep: int,
+    explore: common_pb2.ExploreParams,
+    prefix_scorer: PrefixScorer | None = None,
+) -> Selection:
     x = sampling.effective_explore(explore)
     seqs = [list(s.token_ids) for s in samples]
     P = len(seqs)
     ledger = DropLedger()
-    stats = {"explore/pdi": path_diversity_index(seqs), "explore/unique_ngram_ratio": unique_ngram_ratio(seqs)}
+    stats = {
+        "explore/pdi": path_diversity_index(seqs),
+        "explore/unique_ngram_ratio": unique_ngram_ratio(seqs),
+    }
     weights = np.ones(P)
 
     alive = np.arange(P)
     mode = x.dedup
     if mode != "off" and P > 1:
         if x.dedup_method == "embedding":
-            clusters = embedding_clusters([s.text for s in samples], x.embedding_model,
-                                          threshold=x.dedup_threshold)
+            clusters = embedding_clusters(
+                [s.text for s in samples], x.embedding_model, threshold=x.dedup_threshold
+            )
         else:
             clusters = near_duplicate_clusters(seqs, threshold=x.dedup_threshold)
         weights = dedup(clusters, mode)
@@ -72,7 +86,12 @@ def select(samples, n_keep: int, explore: common_pb2.ExploreParams,
 
     ledger.assert_complete(P, kept=len(alive))
     kept = [int(i) for i in alive]
-    return Selection(kept=kept, weights={i: float(weights[i]) for i in kept}, dropped=ledger.counts(), stats=stats)
+    return Selection(
+        kept=kept,
+        weights={i: float(weights[i]) for i in kept},
+        dropped=ledger.counts(),
+        stats=stats,
+    )
 
 
 def _predict(samples, alive: np.ndarray, x: sampling.EffectiveExplore, prefix_scorer) -> np.ndarray:

@@ -9,6 +9,7 @@ ledger that accounts for every dropped path. Pure numpy (no gRPC, no vLLM). P = 
 * ``DropLedger`` records why paths were dropped (one reason per path) so the worker can report
   counts per reason and check that generated == kept + dropped.
 """
+
 from __future__ import annotations
 
 import math
@@ -42,19 +43,28 @@ def adaptive_keep(scores: np.ndarray, retention: float = 0.6) -> tuple[np.ndarra
     return s >= threshold, threshold
 
 
-def mean_logprob_scores(logprobs: Sequence[Sequence[float]], prefix_tokens: int | None = None) -> np.ndarray:
+def mean_logprob_scores(
+    logprobs: Sequence[Sequence[float]], prefix_tokens: int | None = None
+) -> np.ndarray:
     """Mean sampling log-prob over each path's first prefix_tokens tokens (all when None) -> (P,)
     float64; -inf for an empty path."""
     if prefix_tokens is not None and (isinstance(prefix_tokens, bool) or prefix_tokens < 1):
-        raise ValueError(f"prefix_tokens must be None (all tokens) or at least 1, got {prefix_tokens!r}")
+        raise ValueError(
+            f"prefix_tokens must be None (all tokens) or at least 1, got {prefix_tokens!r}"
+        )
     P = len(logprobs)
     lengths = np.fromiter((len(x) for x in logprobs), dtype=np.int64, count=P)  # (P,)
     used = lengths if prefix_tokens is None else np.minimum(lengths, prefix_tokens)  # (P,)
     if prefix_tokens is None:
-        flat = np.fromiter(chain.from_iterable(logprobs), dtype=np.float64, count=int(lengths.sum()))
+        flat = np.fromiter(
+            chain.from_iterable(logprobs), dtype=np.float64, count=int(lengths.sum())
+        )
     else:
-        flat = np.fromiter(chain.from_iterable(x[:prefix_tokens] for x in logprobs), dtype=np.float64,
-                           count=int(used.sum()))  # (T,)
+        flat = np.fromiter(
+            chain.from_iterable(x[:prefix_tokens] for x in logprobs),
+            dtype=np.float64,
+            count=int(used.sum()),
+        )  # (T,)
     owner = np.repeat(np.arange(P), used)  # (T,)
     sums = np.bincount(owner, weights=flat, minlength=P)  # (P,)
     out = np.full(P, -np.inf)
@@ -85,7 +95,9 @@ class DropLedger:
             if i < 0:
                 raise ValueError(f"path index must be non-negative, got {i}")
             if i in self._reason:
-                raise ValueError(f"path {i} dropped twice: first for {self._reason[i]!r}, again for {reason!r}")
+                raise ValueError(
+                    f"path {i} dropped twice: first for {self._reason[i]!r}, again for {reason!r}"
+                )
             if i in seen:
                 raise ValueError(f"path {i} listed twice in one drop for {reason!r}")
             seen.add(i)
@@ -124,16 +136,22 @@ class DropLedger:
         else:
             mask = np.asarray(kept)
             if mask.dtype != bool or mask.shape != (P,):
-                raise ValueError(f"kept must be a bool mask of shape ({P},), got {mask.dtype} {mask.shape}")
+                raise ValueError(
+                    f"kept must be a bool mask of shape ({P},), got {mask.dtype} {mask.shape}"
+                )
             both = [i for i in self._reason if mask[i]]
             if both:
                 raise ValueError(f"paths {both[:10]} are both kept and dropped")
             n_kept = int(mask.sum())
         if n_kept + dropped != P:
-            raise ValueError(f"incomplete accounting: generated {P} != kept {n_kept} + dropped {dropped} "
-                             f"{self.counts()}")
+            raise ValueError(
+                f"incomplete accounting: generated {P} != kept {n_kept} + dropped {dropped} "
+                f"{self.counts()}"
+            )
 
     def _check_range(self, P: int) -> None:
         bad = sorted(i for i in self._reason if i >= P)
         if bad:
-            raise ValueError(f"dropped path indices {bad[:10]} out of range for a group of {P} paths")
+            raise ValueError(
+                f"dropped path indices {bad[:10]} out of range for a group of {P} paths"
+            )

@@ -1,5 +1,6 @@
 """Engine samples → protobuf paths, and the check of a client's sampling request (no gRPC, no
 vLLM). What the request's fields mean for the engine is ``brorl.sampling``'s to say."""
+
 from __future__ import annotations
 
 from brorl.errors import InvalidArgument
@@ -14,21 +15,45 @@ def validate_sampling(s: common_pb2.SamplingParams, max_n: int, field: str = "sa
     if s.temperature < 0:
         raise InvalidArgument(f"{field}.temperature", f"must be >= 0, got {s.temperature}")
     if s.temperature == 0 and s.n > 1:
-        raise InvalidArgument(f"{field}.temperature", "is 0 (greedy), which yields one path; set n=1 or a temperature > 0")
+        raise InvalidArgument(
+            f"{field}.temperature",
+            "is 0 (greedy), which yields one path; set n=1 or a temperature > 0",
+        )
     if not 0 <= s.top_p <= 1:
         raise InvalidArgument(f"{field}.top_p", f"must be in (0, 1], got {s.top_p}")
     if s.top_k < -1:
-        raise InvalidArgument(f"{field}.top_k", f"must be -1 (off), 0 (off) or positive, got {s.top_k}")
+        raise InvalidArgument(
+            f"{field}.top_k", f"must be -1 (off), 0 (off) or positive, got {s.top_k}"
+        )
     if s.max_tokens < 0:
         raise InvalidArgument(f"{field}.max_tokens", f"must be positive, got {s.max_tokens}")
 
 
-def to_paths(samples, *, group_id: str, prompt_id: str, version: int,
-             sampling: common_pb2.SamplingParams, worker: str, offset: int = 0,
-             weights: list[float] | None = None) -> list[common_pb2.Path]:
+def to_paths(
+    samples,
+    *,
+    group_id: str,
+    prompt_id: str,
+    version: int,
+    sampling: common_pb2.SamplingParams,
+    worker: str,
+    offset: int = 0,
+    weights: list[float] | None = None,
+) -> list[common_pb2.Path]:
     """Paths ``{group_id}/{offset + i}``: a fanned-out group's parts use disjoint offsets."""
-    return [common_pb2.Path(path_id=f"{group_id}/{offset + i}", prompt_id=prompt_id, group_id=group_id,
-                            token_ids=s.token_ids, logprobs=s.logprobs, text=s.text,
-                            finish_reason=s.finish_reason, weight_version=version,
-                            sampling=sampling, worker=worker, weight=weights[i] if weights else 1.0)
-            for i, s in enumerate(samples)]
+    return [
+        common_pb2.Path(
+            path_id=f"{group_id}/{offset + i}",
+            prompt_id=prompt_id,
+            group_id=group_id,
+            token_ids=s.token_ids,
+            logprobs=s.logprobs,
+            text=s.text,
+            finish_reason=s.finish_reason,
+            weight_version=version,
+            sampling=sampling,
+            worker=worker,
+            weight=weights[i] if weights else 1.0,
+        )
+        for i, s in enumerate(samples)
+    ]

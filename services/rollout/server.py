@@ -1,4 +1,5 @@
 """RolloutService servicer plus the composition root of the rollout process."""
+
 from __future__ import annotations
 
 import functools
@@ -20,7 +21,9 @@ SERVICE_NAME = rollout_pb2.DESCRIPTOR.services_by_name["RolloutService"].full_na
 
 
 class RolloutServicer(rollout_pb2_grpc.RolloutServiceServicer):
-    def __init__(self, engine, engine_lock: threading.Lock, config: RolloutServiceConfig, stats: WorkerStats):
+    def __init__(
+        self, engine, engine_lock: threading.Lock, config: RolloutServiceConfig, stats: WorkerStats
+    ):
         self.engine = engine
         self.lock = engine_lock
         self.config = config
@@ -39,15 +42,28 @@ class RolloutServicer(rollout_pb2_grpc.RolloutServiceServicer):
             version = self.engine.weight_version
             try:
                 [(prompt_ids, samples)] = self.engine.generate(
-                    [request.prompt], **sampling.effective(request.sampling).engine_kwargs())
-            except ValueError as exc:  # the engine's own validation (e.g. prompt longer than max_model_len)
+                    [request.prompt], **sampling.effective(request.sampling).engine_kwargs()
+                )
+            except (
+                ValueError
+            ) as exc:  # the engine's own validation (e.g. prompt longer than max_model_len)
                 raise InvalidArgument("sampling", str(exc)) from None
-        paths = to_paths(samples, group_id=prompt_id, prompt_id=prompt_id, version=version,
-                         sampling=request.sampling, worker=self.name)
+        paths = to_paths(
+            samples,
+            group_id=prompt_id,
+            prompt_id=prompt_id,
+            version=version,
+            sampling=request.sampling,
+            worker=self.name,
+        )
         self.stats.paths_generated += len(paths)
         self.stats.tokens_generated += sum(len(p.token_ids) for p in paths)
-        return rollout_pb2.GenerateResponse(paths=paths, weight_version=version, prompt_token_ids=prompt_ids,
-                                            seconds=time.perf_counter() - start)
+        return rollout_pb2.GenerateResponse(
+            paths=paths,
+            weight_version=version,
+            prompt_token_ids=prompt_ids,
+            seconds=time.perf_counter() - start,
+        )
 
     @rpc.translate_errors
     def Generate(self, request, context):
@@ -62,19 +78,31 @@ class RolloutServicer(rollout_pb2_grpc.RolloutServiceServicer):
     @rpc.translate_errors
     def GetStatus(self, request, context):
         ready = self.engine is not None
-        return rollout_pb2.RolloutStatus(worker=self.name, model=self.config.model,
-                                         weight_version=self.engine.weight_version if ready else 0,
-                                         paths_generated=self.stats.paths_generated,
-                                         tokens_generated=self.stats.tokens_generated,
-                                         max_n=self.config.max_n, ready=ready)
+        return rollout_pb2.RolloutStatus(
+            worker=self.name,
+            model=self.config.model,
+            weight_version=self.engine.weight_version if ready else 0,
+            paths_generated=self.stats.paths_generated,
+            tokens_generated=self.stats.tokens_generated,
+            max_n=self.config.max_n,
+            ready=ready,
+        )
 
 
 def build_engine(config: RolloutServiceConfig):
     from services.rollout.engine import RolloutEngine  # heavy: vLLM
+
     e = config.engine
-    return RolloutEngine(config.model, dtype=e.dtype, max_model_len=e.max_model_len, seed=e.seed,
-                         gpu_memory_utilization=e.gpu_memory_utilization, kv_cache_gib=e.kv_cache_gib,
-                         max_num_seqs=e.max_num_seqs, enable_prefix_caching=e.enable_prefix_caching)
+    return RolloutEngine(
+        config.model,
+        dtype=e.dtype,
+        max_model_len=e.max_model_len,
+        seed=e.seed,
+        gpu_memory_utilization=e.gpu_memory_utilization,
+        kv_cache_gib=e.kv_cache_gib,
+        max_num_seqs=e.max_num_seqs,
+        enable_prefix_caching=e.enable_prefix_caching,
+    )
 
 
 def serve(config: RolloutServiceConfig, engine=None) -> None:
@@ -85,16 +113,25 @@ def serve(config: RolloutServiceConfig, engine=None) -> None:
     rollout_pb2_grpc.add_RolloutServiceServicer_to_server(servicer, server.grpc)
     stop = threading.Event()
 
-    def prepare() -> None:   # health answers NOT_SERVING while the engine loads
+    def prepare() -> None:  # health answers NOT_SERVING while the engine loads
         servicer.engine = engine or build_engine(config)
         if config.worker_loop:
             redis_client = q.connect(config.redis_url)
             reward = reward_pb2_grpc.RewardServiceStub(rpc.channel(config.reward_address))
-            worker = RolloutWorker(servicer.engine, lock, q.RunRegistry(redis_client, config.namespace),
-                                   functools.partial(q.RunChannels, redis_client), reward,
-                                   run_id=config.run_id, claim_idle_ms=config.claim_idle_ms,
-                                   reward_deadline_s=config.reward_deadline_s, stats=stats)
-            threading.Thread(target=worker.run, args=(stop,), name="rollout-worker", daemon=True).start()
+            worker = RolloutWorker(
+                servicer.engine,
+                lock,
+                q.RunRegistry(redis_client, config.namespace),
+                functools.partial(q.RunChannels, redis_client),
+                reward,
+                run_id=config.run_id,
+                claim_idle_ms=config.claim_idle_ms,
+                reward_deadline_s=config.reward_deadline_s,
+                stats=stats,
+            )
+            threading.Thread(
+                target=worker.run, args=(stop,), name="rollout-worker", daemon=True
+            ).start()
         log.info("model %s loaded", config.model)
 
     def cleanup() -> None:

@@ -3,6 +3,7 @@
 Between jobs the worker checks the run's weight pointer and reloads the engine in place when
 a newer version is published, so every path carries the version that produced it.
 """
+
 from __future__ import annotations
 
 import logging
@@ -33,10 +34,19 @@ class WorkerStats:
 
 
 class RolloutWorker:
-    def __init__(self, engine, engine_lock: threading.Lock, registry: q.RunRegistry,
-                 open_run: Callable[[str], q.RunChannels], reward_stub, *, run_id: str = "",
-                 claim_idle_ms: int = 30_000, reward_deadline_s: float = 120.0,
-                 stats: WorkerStats | None = None):
+    def __init__(
+        self,
+        engine,
+        engine_lock: threading.Lock,
+        registry: q.RunRegistry,
+        open_run: Callable[[str], q.RunChannels],
+        reward_stub,
+        *,
+        run_id: str = "",
+        claim_idle_ms: int = 30_000,
+        reward_deadline_s: float = 120.0,
+        stats: WorkerStats | None = None,
+    ):
         """``registry`` says which run to follow (unless ``run_id`` fixes one); ``open_run``
         gives a run's channels (brorl.queue.RunChannels)."""
         self.engine = engine
@@ -50,7 +60,7 @@ class RolloutWorker:
         self.stats = stats or WorkerStats()
         self.name = q.consumer_name()
         self._runs: dict[str, tuple[q.RunChannels, q.StreamQueue]] = {}
-        self.loaded_run = ""   # the run whose published weights the engine holds ("" = model dir)
+        self.loaded_run = ""  # the run whose published weights the engine holds ("" = model dir)
 
     def run(self, stop: threading.Event) -> None:
         log.info("worker %s started", self.name)
@@ -68,7 +78,9 @@ class RolloutWorker:
         """The run's channels and this worker's consumer of its prompt jobs."""
         if run_id not in self._runs:
             channels = self.open_run(run_id)
-            queue = channels.prompt_queue("rollout", consumer=self.name, claim_idle_ms=self.claim_idle_ms)
+            queue = channels.prompt_queue(
+                "rollout", consumer=self.name, claim_idle_ms=self.claim_idle_ms
+            )
             self._runs[run_id] = (channels, queue)
         return self._runs[run_id]
 
@@ -82,7 +94,7 @@ class RolloutWorker:
         channels, queue = self._channels(run_id)
         deliveries = queue.read(count=1, block_ms=500)
         for d in deliveries:
-            with queue.lease(d.entry_id):   # a long job must not look like a dead worker's
+            with queue.lease(d.entry_id):  # a long job must not look like a dead worker's
                 self.process(channels, queue, d)
         return bool(deliveries)
 
@@ -111,54 +123,105 @@ class RolloutWorker:
         start = time.perf_counter()
         n_keep = job.sampling.n
         kwargs = sampling.effective(job.sampling).engine_kwargs()
-        kwargs["n"] = sampling.candidates(job)   # hierarchical: M candidates, keep n
+        kwargs["n"] = sampling.candidates(job)  # hierarchical: M candidates, keep n
         with self.lock:
             version = self.engine.weight_version
             [(prompt_ids, samples)] = self.engine.generate([job.prompt], **kwargs)
         gen_s = time.perf_counter() - start
         start = time.perf_counter()
-        chosen = select(samples, n_keep, job.explore,
-                        lambda fn, idx, prefix: self.prefix_scores(job, samples, fn, idx, prefix))
-        paths = to_paths([samples[i] for i in chosen.kept], group_id=job.group_id, prompt_id=job.prompt_id,
-                         version=version, sampling=job.sampling, worker=self.name, offset=job.path_offset,
-                         weights=[chosen.weights[i] for i in chosen.kept])
+        chosen = select(
+            samples,
+            n_keep,
+            job.explore,
+            lambda fn, idx, prefix: self.prefix_scores(job, samples, fn, idx, prefix),
+        )
+        paths = to_paths(
+            [samples[i] for i in chosen.kept],
+            group_id=job.group_id,
+            prompt_id=job.prompt_id,
+            version=version,
+            sampling=job.sampling,
+            worker=self.name,
+            offset=job.path_offset,
+            weights=[chosen.weights[i] for i in chosen.kept],
+        )
         try:
             self.score(job, paths)
         except grpc.RpcError as exc:
             if exc.code() != grpc.StatusCode.INVALID_ARGUMENT:
                 raise  # transient: the job stays pending and is retried / reclaimed
-            queue.dead_letter(delivery.entry_id, delivery.data, f"reward service refused the job: {exc.details()}")
+            queue.dead_letter(
+                delivery.entry_id, delivery.data, f"reward service refused the job: {exc.details()}"
+            )
             return
         score_s = time.perf_counter() - start
-        group = common_pb2.PathGroup(run_id=channels.run_id, group_id=job.group_id, prompt_id=job.prompt_id,
-                                     prompt=job.prompt, prompt_token_ids=prompt_ids, reference=job.reference,
-                                     paths=paths, weight_version=version, worker=self.name,
-                                     generate_seconds=gen_s, score_seconds=score_s, part_index=job.part_index,
-                                     part_count=job.part_count, generated=len(samples), dropped=chosen.dropped,
-                                     stats=chosen.stats)
-        fresh = channels.publish_group(queue, delivery.entry_id, job.job_id, group.SerializeToString())
+        group = common_pb2.PathGroup(
+            run_id=channels.run_id,
+            group_id=job.group_id,
+            prompt_id=job.prompt_id,
+            prompt=job.prompt,
+            prompt_token_ids=prompt_ids,
+            reference=job.reference,
+            paths=paths,
+            weight_version=version,
+            worker=self.name,
+            generate_seconds=gen_s,
+            score_seconds=score_s,
+            part_index=job.part_index,
+            part_count=job.part_count,
+            generated=len(samples),
+            dropped=chosen.dropped,
+            stats=chosen.stats,
+        )
+        fresh = channels.publish_group(
+            queue, delivery.entry_id, job.job_id, group.SerializeToString()
+        )
         self.stats.paths_generated += len(samples)
         self.stats.tokens_generated += sum(len(x.token_ids) for x in samples)
         self.stats.groups_published += int(fresh)
-        log.info("group %s: %d paths v%d gen %.2fs score %.2fs%s", job.group_id, len(paths), version,
-                 gen_s, score_s, "" if fresh else " (duplicate, dropped)")
+        log.info(
+            "group %s: %d paths v%d gen %.2fs score %.2fs%s",
+            job.group_id,
+            len(paths),
+            version,
+            gen_s,
+            score_s,
+            "" if fresh else " (duplicate, dropped)",
+        )
 
     def prefix_scores(self, job, samples, reward_fn: str, indices: list[int], prefix_tokens: int):
         """Quality predictor: a reward function (e.g. a trained reward model) on path prefixes."""
         import numpy as np
-        texts = [self.engine.decode(list(samples[i].token_ids)[:prefix_tokens]) if prefix_tokens else samples[i].text
-                 for i in indices]
-        request = reward_pb2.ScoreBatchRequest(reward_fn=reward_fn, items=[
-            reward_pb2.ScoreRequest(id=str(i), prompt=job.prompt, completion=t, reference=job.reference)
-            for i, t in zip(indices, texts)])
+
+        texts = [
+            self.engine.decode(list(samples[i].token_ids)[:prefix_tokens])
+            if prefix_tokens
+            else samples[i].text
+            for i in indices
+        ]
+        request = reward_pb2.ScoreBatchRequest(
+            reward_fn=reward_fn,
+            items=[
+                reward_pb2.ScoreRequest(
+                    id=str(i), prompt=job.prompt, completion=t, reference=job.reference
+                )
+                for i, t in zip(indices, texts)
+            ],
+        )
         return np.array([r.reward for r in self._call_reward(request).results], dtype=np.float64)
 
     def score(self, job: common_pb2.PromptJob, paths: list[common_pb2.Path]) -> None:
         if not paths:
             return
-        request = reward_pb2.ScoreBatchRequest(reward_fn=job.reward_fn, items=[
-            reward_pb2.ScoreRequest(id=p.path_id, prompt=job.prompt, completion=p.text, reference=job.reference)
-            for p in paths])
+        request = reward_pb2.ScoreBatchRequest(
+            reward_fn=job.reward_fn,
+            items=[
+                reward_pb2.ScoreRequest(
+                    id=p.path_id, prompt=job.prompt, completion=p.text, reference=job.reference
+                )
+                for p in paths
+            ],
+        )
         for path, result in zip(paths, self._call_reward(request).results):
             path.reward = result.reward
             path.reward_status = result.status

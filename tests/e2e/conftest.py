@@ -8,6 +8,7 @@ from brorl.apps.launcher import ServiceProc, stop_all
 @pytest.fixture(scope="session")
 def tiny_model(tmp_path_factory):
     from demo.model import create_tiny_model
+
     return str(create_tiny_model(tmp_path_factory.mktemp("model") / "tiny", seed=0))
 
 
@@ -16,13 +17,20 @@ def shared_cluster(tmp_path_factory, tiny_model):
     """Reward, two rollout workers and a learner as separate processes, shared by the contract
     and pipeline tests: a vLLM engine takes most of a minute to start on this machine."""
     tmp = tmp_path_factory.mktemp("cluster")
-    namespace = f"e2e-{uuid.uuid4().hex[:8]}"   # other clusters may share this Redis
+    namespace = f"e2e-{uuid.uuid4().hex[:8]}"  # other clusters may share this Redis
     procs = {"reward": ServiceProc("reward", tmp)}
     procs["reward"].wait_serving()
     for i in range(2):
-        procs[f"rollout{i}"] = ServiceProc("rollout", tmp, name=f"rollout{i}", model=tiny_model,
-                                           reward_address=procs["reward"].address, claim_idle_ms=5000,
-                                           namespace=namespace, max_n=1024)
+        procs[f"rollout{i}"] = ServiceProc(
+            "rollout",
+            tmp,
+            name=f"rollout{i}",
+            model=tiny_model,
+            reward_address=procs["reward"].address,
+            claim_idle_ms=5000,
+            namespace=namespace,
+            max_n=1024,
+        )
     procs["learner"] = ServiceProc("learner", tmp, runs_dir=str(tmp / "runs"), namespace=namespace)
     try:
         for p in procs.values():

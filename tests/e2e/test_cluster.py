@@ -1,6 +1,7 @@
 """``brorl cluster``: one command starts redis-server (when none answers), reward, rollout and
 learner as separate processes, and stops every one of them by pid — on Ctrl-C, on SIGTERM, and
 when one of the services dies."""
+
 import signal
 import socket
 import subprocess
@@ -29,21 +30,45 @@ def free_ports(k: int) -> list[int]:
 
 class LaunchedCluster:
     def __init__(self, tmp, workers: int, model: str):
-        self.redis_port, reward, learner, rollout = free_ports(4)   # nothing listens on redis_port
+        self.redis_port, reward, learner, rollout = free_ports(4)  # nothing listens on redis_port
         self.addresses = {"reward": f"127.0.0.1:{reward}", "learner": f"127.0.0.1:{learner}"}
         self.addresses.update({f"rollout-{i}": f"127.0.0.1:{rollout + i}" for i in range(workers)})
-        argv = [sys.executable, "-m", "brorl.apps.cli", "cluster", "--model", model, "--workers", str(workers),
-                "--workdir", str(tmp / "cluster"), "--redis-url", f"redis://127.0.0.1:{self.redis_port}/0",
-                "--reward-port", str(reward), "--learner-port", str(learner), "--rollout-base-port", str(rollout),
-                "--namespace", tmp.name]
-        self.popen = subprocess.Popen(argv, cwd=REPO_ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        argv = [
+            sys.executable,
+            "-m",
+            "brorl.apps.cli",
+            "cluster",
+            "--model",
+            model,
+            "--workers",
+            str(workers),
+            "--workdir",
+            str(tmp / "cluster"),
+            "--redis-url",
+            f"redis://127.0.0.1:{self.redis_port}/0",
+            "--reward-port",
+            str(reward),
+            "--learner-port",
+            str(learner),
+            "--rollout-base-port",
+            str(rollout),
+            "--namespace",
+            tmp.name,
+        ]
+        self.popen = subprocess.Popen(
+            argv, cwd=REPO_ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        )
         self.ready_line = self._wait_ready()
         # The services and everything they started (vLLM engine processes), found by pid.
         self.pids = {}
         for part in self.ready_line.split("pids: ")[1].split("; logs")[0].split(", "):
             name, pid = part.rsplit(" ", 1)
             self.pids[name] = int(pid)
-        self.descendants = [c.pid for pid in self.pids.values() for c in psutil.Process(pid).children(recursive=True)]
+        self.descendants = [
+            c.pid
+            for pid in self.pids.values()
+            for c in psutil.Process(pid).children(recursive=True)
+        ]
 
     def _wait_ready(self, timeout: float = 420) -> str:
         deadline = time.monotonic() + timeout
@@ -52,7 +77,9 @@ class LaunchedCluster:
             if line.startswith("cluster ready"):
                 return line
             if not line and self.popen.poll() is not None:
-                raise AssertionError(f"cluster exited {self.popen.returncode}: {self.popen.stderr.read()}")
+                raise AssertionError(
+                    f"cluster exited {self.popen.returncode}: {self.popen.stderr.read()}"
+                )
         raise AssertionError("cluster not ready in time")
 
     def all_pids(self) -> list[int]:
@@ -80,7 +107,12 @@ def redis_answers(port: int) -> bool:
 def test_ctrl_c_stops_every_process_including_vllm_engines(tmp_path, tiny_model):
     c = LaunchedCluster(tmp_path, workers=1, model=tiny_model)
     try:
-        assert set(c.pids) == {"redis", "reward", "rollout-0", "learner"}   # redis started: none answered
+        assert set(c.pids) == {
+            "redis",
+            "reward",
+            "rollout-0",
+            "learner",
+        }  # redis started: none answered
         assert redis_answers(c.redis_port)
         for address in c.addresses.values():
             wait_serving(address, timeout=10)
@@ -99,7 +131,7 @@ def test_sigterm_and_a_dying_service_stop_the_cluster(tmp_path, tiny_model):
     c = LaunchedCluster(tmp_path / "term", workers=0, model=tiny_model)
     c.popen.send_signal(signal.SIGTERM)
     code, _ = c.finish()
-    assert code == 0               # SIGTERM is handled like Ctrl-C
+    assert code == 0  # SIGTERM is handled like Ctrl-C
     assert not [pid for pid in c.all_pids() if alive(pid)]
 
     c = LaunchedCluster(tmp_path / "dies", workers=0, model=tiny_model)

@@ -2,6 +2,7 @@
 Redis; the run publishes weight versions the workers load, both workers contribute paths,
 the run directory holds config, metrics and final HF weights, a run resumes from its
 checkpoint, and a fanned-out N=1024 group is reassembled exactly once."""
+
 import json
 import uuid
 
@@ -15,16 +16,27 @@ pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.redis]
 @pytest.fixture(scope="module")
 def cluster(shared_cluster):
     from demo.task import problems
+
     data = shared_cluster["tmp"] / "train.jsonl"
-    data.write_text("".join(json.dumps({"prompt": p.prompt, "reference": p.answer}) + "\n" for p in problems(200, seed=5)))
+    data.write_text(
+        "".join(
+            json.dumps({"prompt": p.prompt, "reference": p.answer}) + "\n"
+            for p in problems(200, seed=5)
+        )
+    )
     client = LearnerClient(shared_cluster["procs"]["learner"].address)
-    return {"model": shared_cluster["model"], "data": data, "runs": shared_cluster["runs"], "client": client}
+    return {
+        "model": shared_cluster["model"],
+        "data": data,
+        "runs": shared_cluster["runs"],
+        "client": client,
+    }
 
 
 def run_config(c, steps, n=64, extra="", inflight=4):
     return f"""
-model: {c['model']}
-data: {{train_path: {c['data']}}}
+model: {c["model"]}
+data: {{train_path: {c["data"]}}}
 reward_fn: format
 sampling: {{n: {n}, temperature: 1.0, top_k: -1, top_p: 1.0, max_tokens: 6{extra}}}
 train: {{steps: {steps}, groups_per_step: 2, lr: 0.001, micro_batch_paths: 256}}
@@ -55,14 +67,18 @@ def test_two_workers_publish_checkpoint_resume(cluster):
     assert (run_dir / "config.yaml").read_text().startswith("model:")
     lines = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     assert sum(1 for line in lines if "learner/loss" in line) == 6
-    assert {p.name for p in (run_dir / "final").iterdir()} >= {"config.json", "model.safetensors", "tokenizer.json"}
+    assert {p.name for p in (run_dir / "final").iterdir()} >= {
+        "config.json",
+        "model.safetensors",
+        "tokenizer.json",
+    }
 
     resumed = client.start(run_config(cluster, steps=8), run_id=run_id, resume=True)
     metrics, final = follow(client, resumed.run_id)
     assert final.state == "finished", final.message
     steps = [m.step for m in metrics if "learner/loss" in m.values]
-    assert steps == [7, 8]                       # continued after the step-6 checkpoint
-    assert final.weight_version == 6 + 1 + 2     # restored weights republished, then one per step
+    assert steps == [7, 8]  # continued after the step-6 checkpoint
+    assert final.weight_version == 6 + 1 + 2  # restored weights republished, then one per step
 
 
 def test_fanned_out_group_of_1024_is_reassembled_once_from_two_workers(cluster):
@@ -71,12 +87,16 @@ def test_fanned_out_group_of_1024_is_reassembled_once_from_two_workers(cluster):
     # worker takes one (reads are one job at a time). With several groups in flight the workers
     # can fall into a phase where each always takes a different group's part, which is correct
     # but would leave the cross-worker reassembly untested.
-    info = client.start(run_config(cluster, steps=3, n=1024, extra=", max_paths_per_job: 512", inflight=1),
-                        run_id=f"fan-{uuid.uuid4().hex[:6]}")
+    info = client.start(
+        run_config(cluster, steps=3, n=1024, extra=", max_paths_per_job: 512", inflight=1),
+        run_id=f"fan-{uuid.uuid4().hex[:6]}",
+    )
     metrics, final = follow(client, info.run_id)
     assert final.state == "finished", final.message
     updates = [m.values for m in metrics if "learner/loss" in m.values]
     assert len(updates) == 3
-    assert all(u["learner/paths"] == 2 * 1024 for u in updates)       # two whole groups per step
+    assert all(u["learner/paths"] == 2 * 1024 for u in updates)  # two whole groups per step
     assert all(u.get("learner/duplicate_parts", 0) == 0 for u in updates)
-    assert any(u["rollout/workers_in_group"] == 2 for u in updates), updates  # parts sampled by both workers
+    assert any(u["rollout/workers_in_group"] == 2 for u in updates), (
+        updates
+    )  # parts sampled by both workers

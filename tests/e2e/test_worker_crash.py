@@ -1,5 +1,6 @@
 """A rollout worker is SIGKILLed in the middle of a prompt job: the other worker reclaims the
 job and its paths reach the learner's stream exactly once (counted by path id)."""
+
 import socket
 import threading
 import time
@@ -26,9 +27,14 @@ class SlowReward(reward_pb2_grpc.RewardServiceServicer):
         self.calls.append(len(request.items))
         self.called.set()
         time.sleep(self.delay_s)
-        return reward_pb2.ScoreBatchResponse(results=[
-            reward_pb2.ScoreResult(id=i.id, reward=float(i.completion.strip() == i.reference), status="ok")
-            for i in request.items])
+        return reward_pb2.ScoreBatchResponse(
+            results=[
+                reward_pb2.ScoreResult(
+                    id=i.id, reward=float(i.completion.strip() == i.reference), status="ok"
+                )
+                for i in request.items
+            ]
+        )
 
 
 def test_killed_worker_job_is_reclaimed_and_published_once(services, tiny_model):
@@ -40,15 +46,27 @@ def test_killed_worker_job_is_reclaimed_and_published_once(services, tiny_model)
     reward_pb2_grpc.add_RewardServiceServicer_to_server(slow, server.grpc)
     server.start().set_serving(True)
     try:
-        common = dict(model=tiny_model, run_id=run_id, reward_address=f"127.0.0.1:{server.port}", claim_idle_ms=3000)
+        common = dict(
+            model=tiny_model,
+            run_id=run_id,
+            reward_address=f"127.0.0.1:{server.port}",
+            claim_idle_ms=3000,
+        )
         workers = [services("rollout", name=f"w{i}", **common) for i in range(2)]
         for w in workers:
             w.wait_serving()
         prompts = q.StreamQueue(r, keys["prompts"], "rollout")
         n = 256
-        job = common_pb2.PromptJob(run_id=run_id, job_id=f"{run_id}/0", group_id="g0", prompt_id="p0",
-                                   prompt="12+34=", reference="46", reward_fn="math_answer",
-                                   sampling=common_pb2.SamplingParams(n=n, temperature=1.0, max_tokens=6))
+        job = common_pb2.PromptJob(
+            run_id=run_id,
+            job_id=f"{run_id}/0",
+            group_id="g0",
+            prompt_id="p0",
+            prompt="12+34=",
+            reference="46",
+            reward_fn="math_answer",
+            sampling=common_pb2.SamplingParams(n=n, temperature=1.0, max_tokens=6),
+        )
         prompts.put(job.SerializeToString())
 
         assert slow.called.wait(120), "no worker scored the job"
@@ -56,7 +74,7 @@ def test_killed_worker_job_is_reclaimed_and_published_once(services, tiny_model)
         holder = pending["consumer"].decode()
         victim = next(w for w in workers if holder == f"{socket.gethostname()}-{w.pid}")
         survivor = next(w for w in workers if w is not victim)
-        assert r.xlen(keys["paths"]) == 0          # killed before it published anything
+        assert r.xlen(keys["paths"]) == 0  # killed before it published anything
         victim.kill()
 
         deadline = time.monotonic() + 120
@@ -70,7 +88,7 @@ def test_killed_worker_job_is_reclaimed_and_published_once(services, tiny_model)
         path_ids = [p.path_id for p in group.paths]
         assert len(path_ids) == n and len(set(path_ids)) == n
         assert group.worker == f"{socket.gethostname()}-{survivor.pid}"
-        assert len(slow.calls) == 2                  # scored by the victim (lost) and by the survivor
+        assert len(slow.calls) == 2  # scored by the victim (lost) and by the survivor
         assert r.xpending(keys["prompts"], "rollout")["pending"] == 0
     finally:
         server.stop()

@@ -7,6 +7,7 @@ import pytest
 def tiny_model_dir(tmp_path_factory):
     """The demo's tiny Qwen2 model (tied embeddings), seed 0."""
     from demo.model import create_tiny_model
+
     return create_tiny_model(tmp_path_factory.mktemp("tiny") / "model", seed=0)
 
 

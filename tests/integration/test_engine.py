@@ -3,6 +3,7 @@
 One engine for the whole module (~20-30 s to start on CPU); the reference is transformers
 running the same weights in this process.
 """
+
 from __future__ import annotations
 
 import pytest
@@ -13,7 +14,10 @@ torch = pytest.importorskip("torch")
 from demo.model import build_tokenizer  # noqa: E402
 
 from .test_weight_reload_parity import (  # noqa: E402
-    hf_greedy, hf_token_logprobs, load_hf, max_diff,
+    hf_greedy,
+    hf_token_logprobs,
+    load_hf,
+    max_diff,
 )
 
 PROMPT = "47+385="
@@ -34,7 +38,9 @@ def hf(model_dir):
 
 @pytest.fixture(scope="module")
 def engine(tiny_engine):
-    assert tiny_engine.weight_version == 0, "an earlier test left reloaded weights in the shared engine"
+    assert tiny_engine.weight_version == 0, (
+        "an earlier test left reloaded weights in the shared engine"
+    )
     return tiny_engine
 
 
@@ -55,8 +61,9 @@ def test_wide_group_sampling_logprobs(engine, hf):
     """n=512 of one prompt; the sampling log-probs are log_softmax(logits / T)."""
     temperature, max_tokens = 0.7, 16
     eos_id = hf.config.eos_token_id
-    [(prompt_ids, samples)] = engine.generate([PROMPT], n=512, temperature=temperature,
-                                              max_tokens=max_tokens, seed=11)
+    [(prompt_ids, samples)] = engine.generate(
+        [PROMPT], n=512, temperature=temperature, max_tokens=max_tokens, seed=11
+    )
     assert prompt_ids == build_tokenizer().encode(PROMPT)
     assert len(samples) == 512
     check_shapes(samples, max_tokens, eos_id)
@@ -64,8 +71,10 @@ def test_wide_group_sampling_logprobs(engine, hf):
 
     # A few paths, including the longest and the shortest, against transformers.
     by_len = sorted(samples, key=lambda s: len(s.token_ids))
-    worst = max(max_diff(s.logprobs, hf_token_logprobs(hf, prompt_ids, s.token_ids, temperature))
-                for s in by_len[:2] + by_len[-2:] + samples[:4])
+    worst = max(
+        max_diff(s.logprobs, hf_token_logprobs(hf, prompt_ids, s.token_ids, temperature))
+        for s in by_len[:2] + by_len[-2:] + samples[:4]
+    )
     print(f"\n[engine] sampling logprobs T={temperature}: max |diff| = {worst:.2e}")
     assert worst <= TOL
     # Not the temperature-1 log-probs (vLLM's default raw_logprobs mode would give those).
@@ -96,27 +105,30 @@ def test_seed_reproducible(engine):
 def test_top_k_and_top_p(engine, hf):
     """top_k / top_p are applied; log-probs are those of the truncated distribution."""
     temperature, k = 0.9, 3
-    [(prompt_ids, samples)] = engine.generate([PROMPT], n=32, temperature=temperature, top_k=k,
-                                              max_tokens=10, seed=2)
+    [(prompt_ids, samples)] = engine.generate(
+        [PROMPT], n=32, temperature=temperature, top_k=k, max_tokens=10, seed=2
+    )
     check_shapes(samples, 10, hf.config.eos_token_id)
     with torch.no_grad():
         for s in samples[:4]:
             ids = torch.tensor([prompt_ids + s.token_ids])
-            logits = hf(ids).logits[0, len(prompt_ids) - 1: -1].float() / temperature  # (T, V)
+            logits = hf(ids).logits[0, len(prompt_ids) - 1 : -1].float() / temperature  # (T, V)
             top = torch.topk(logits, k, dim=-1)
             for t, (tok, lp) in enumerate(zip(s.token_ids, s.logprobs)):
                 assert tok in top.indices[t].tolist()
                 expected = logits[t, tok] - torch.logsumexp(top.values[t], dim=-1)
                 assert abs(lp - float(expected)) <= TOL
 
-    [(_, samples)] = engine.generate([PROMPT], n=32, temperature=temperature, top_p=0.5,
-                                     top_k=5, max_tokens=10, seed=2)
+    [(_, samples)] = engine.generate(
+        [PROMPT], n=32, temperature=temperature, top_p=0.5, top_k=5, max_tokens=10, seed=2
+    )
     check_shapes(samples, 10, hf.config.eos_token_id)
 
 
 def test_stop_strings(engine):
-    [(_, samples)] = engine.generate([PROMPT], n=64, temperature=1.0, max_tokens=16, seed=9,
-                                     stop=["="])
+    [(_, samples)] = engine.generate(
+        [PROMPT], n=64, temperature=1.0, max_tokens=16, seed=9, stop=["="]
+    )
     check_shapes(samples, 16, eos_id=2)
     assert all("=" not in s.text for s in samples)
     assert any(s.finish_reason == "stop" for s in samples)
@@ -129,8 +141,9 @@ def test_reload_rejects_incomplete_weights(engine, model_dir, tmp_path):
     partial = tmp_path / "partial"
     partial.mkdir()
     state = load_file(str(model_dir / "model.safetensors"))
-    save_file({k: v for k, v in state.items() if "layers.3." not in k},
-              str(partial / "model.safetensors"))
+    save_file(
+        {k: v for k, v in state.items() if "layers.3." not in k}, str(partial / "model.safetensors")
+    )
     empty = tmp_path / "empty"
     empty.mkdir()
 

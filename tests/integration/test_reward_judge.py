@@ -1,4 +1,5 @@
 """LLM-as-judge against a fake OpenAI-compatible server on 127.0.0.1 (port 0), through gRPC."""
+
 import json
 import threading
 import time
@@ -16,6 +17,7 @@ from .conftest import reward_server
 
 class FakeJudge(BaseHTTPRequestHandler):
     """Answers by the completion it is asked to grade: good / garbage / slow / flaky / http400."""
+
     calls: dict[str, int] = {}
     seen_auth: list[str] = []
 
@@ -27,7 +29,14 @@ class FakeJudge(BaseHTTPRequestHandler):
         assert self.path == "/v1/chat/completions"
         prompt = body["messages"][0]["content"]
         self.seen_auth.append(self.headers.get("Authorization", ""))
-        key = next((k for k in ("GOOD", "GARBAGE", "SLOW", "FLAKY", "HTTP400", "NOCONTENT") if k in prompt), "GOOD")
+        key = next(
+            (
+                k
+                for k in ("GOOD", "GARBAGE", "SLOW", "FLAKY", "HTTP400", "NOCONTENT")
+                if k in prompt
+            ),
+            "GOOD",
+        )
         FakeJudge.calls[key] = FakeJudge.calls.get(key, 0) + 1
         if key == "SLOW":
             time.sleep(1.0)
@@ -35,7 +44,9 @@ class FakeJudge(BaseHTTPRequestHandler):
             return self._send(503, {"error": "overloaded"})
         if key == "HTTP400":
             return self._send(400, {"error": "bad request"})
-        content = {"GARBAGE": "I like turtles. SCORE: banana", "NOCONTENT": None}.get(key, "Solid answer.\nSCORE: 8")
+        content = {"GARBAGE": "I like turtles. SCORE: banana", "NOCONTENT": None}.get(
+            key, "Solid answer.\nSCORE: 8"
+        )
         self._send(200, {"choices": [{"message": {"role": "assistant", "content": content}}]})
 
     def _send(self, code, payload):
@@ -72,13 +83,28 @@ def test_parse_score():
 
 def test_judge_through_grpc(fake_url, monkeypatch):
     monkeypatch.setenv("BRORL_TEST_JUDGE_KEY", "sk-test")
-    cfg = RewardServiceConfig(bind="127.0.0.1:0", functions={"judge": {
-        "type": "judge", "base_url": fake_url, "api_key_env": "BRORL_TEST_JUDGE_KEY", "timeout_s": 0.4,
-        "retries": 1, "backoff_s": 0.05, "concurrency": 4}})
+    cfg = RewardServiceConfig(
+        bind="127.0.0.1:0",
+        functions={
+            "judge": {
+                "type": "judge",
+                "base_url": fake_url,
+                "api_key_env": "BRORL_TEST_JUDGE_KEY",
+                "timeout_s": 0.4,
+                "retries": 1,
+                "backoff_s": 0.05,
+                "concurrency": 4,
+            }
+        },
+    )
     with reward_server(cfg) as (_, stub):
         names = ["GOOD", "GARBAGE", "SLOW", "FLAKY", "HTTP400", "NOCONTENT"]
-        items = [reward_pb2.ScoreRequest(id=n, prompt="Explain gravity.", completion=n) for n in names]
-        resp = stub.ScoreBatch(reward_pb2.ScoreBatchRequest(reward_fn="judge", items=items), timeout=30)
+        items = [
+            reward_pb2.ScoreRequest(id=n, prompt="Explain gravity.", completion=n) for n in names
+        ]
+        resp = stub.ScoreBatch(
+            reward_pb2.ScoreBatchRequest(reward_fn="judge", items=items), timeout=30
+        )
         got = {r.id: r for r in resp.results}
         assert (got["GOOD"].status, got["GOOD"].reward) == ("ok", pytest.approx(0.8))
         assert got["GOOD"].components["judge_score"] == 8
@@ -91,12 +117,17 @@ def test_judge_through_grpc(fake_url, monkeypatch):
         assert all(r.reward == 0 for k, r in got.items() if k not in ("GOOD", "FLAKY"))
         assert "Bearer sk-test" in FakeJudge.seen_auth
         # still serving after all that
-        ok = stub.Score(reward_pb2.ScoreRequest(reward_fn="math_answer", completion="1", reference="1"), timeout=5)
+        ok = stub.Score(
+            reward_pb2.ScoreRequest(reward_fn="math_answer", completion="1", reference="1"),
+            timeout=5,
+        )
         assert ok.reward == 1.0
 
 
 def test_unreachable_judge_is_an_error_status():
-    judge = LLMJudge("j", JudgeSpec(base_url="http://127.0.0.1:9", timeout_s=0.5, retries=1, backoff_s=0.01))
+    judge = LLMJudge(
+        "j", JudgeSpec(base_url="http://127.0.0.1:9", timeout_s=0.5, retries=1, backoff_s=0.01)
+    )
     try:
         [s] = judge.score_batch([ScoreItem("a", "p", "c", "")])
         assert s.status == "error" and "unreachable" in s.detail and s.reward == 0
@@ -105,8 +136,13 @@ def test_unreachable_judge_is_an_error_status():
 
 
 def test_rubric_placeholders():
-    judge = LLMJudge("j", JudgeSpec(base_url="http://x/v1", rubric="Q={prompt} A={completion} R={reference} "
-                                                                    "{min}-{max} {\"json\": 1}"))
+    judge = LLMJudge(
+        "j",
+        JudgeSpec(
+            base_url="http://x/v1",
+            rubric='Q={prompt} A={completion} R={reference} {min}-{max} {"json": 1}',
+        ),
+    )
     assert judge.url == "http://x/v1/chat/completions"
     text = judge.prompt_for(ScoreItem("a", "2+2 {completion}", "4", "4"))
     assert text == 'Q=2+2 {completion} A=4 R=4 0-10 {"json": 1}'

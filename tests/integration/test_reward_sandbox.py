@@ -3,6 +3,7 @@
 Each must score 0 with a status saying why, within its limits, and the service must keep serving.
 Limits are small on purpose (this machine is shared): 1 s wall/CPU, 32 processes, 128 MB.
 """
+
 import json
 import os
 import socket
@@ -25,10 +26,22 @@ GOOD = "def add(a, b):\n    return a + b\n"
 
 @pytest.fixture(scope="module")
 def stub():
-    os.environ["BRORL_TEST_SECRET"] = SECRET          # in the service's environment, never in a job's
-    cfg = RewardServiceConfig(bind="127.0.0.1:0", functions={"code": {
-        "type": "code", "mode": "binary", "wall_s": 1.0, "cpu_s": 1.0, "memory_mb": 128, "nproc": 32,
-        "concurrency": CONCURRENCY, "uid_base": UID_BASE}})
+    os.environ["BRORL_TEST_SECRET"] = SECRET  # in the service's environment, never in a job's
+    cfg = RewardServiceConfig(
+        bind="127.0.0.1:0",
+        functions={
+            "code": {
+                "type": "code",
+                "mode": "binary",
+                "wall_s": 1.0,
+                "cpu_s": 1.0,
+                "memory_mb": 128,
+                "nproc": 32,
+                "concurrency": CONCURRENCY,
+                "uid_base": UID_BASE,
+            }
+        },
+    )
     try:
         with reward_server(cfg) as (_, stub):
             yield stub
@@ -37,9 +50,14 @@ def stub():
 
 
 def score(stub, *codes, reference=TESTS, timeout=60):
-    items = [reward_pb2.ScoreRequest(id=str(i), completion=c, reference=reference) for i, c in enumerate(codes)]
+    items = [
+        reward_pb2.ScoreRequest(id=str(i), completion=c, reference=reference)
+        for i, c in enumerate(codes)
+    ]
     start = time.monotonic()
-    resp = stub.ScoreBatch(reward_pb2.ScoreBatchRequest(reward_fn="code", items=items), timeout=timeout)
+    resp = stub.ScoreBatch(
+        reward_pb2.ScoreBatchRequest(reward_fn="code", items=items), timeout=timeout
+    )
     return list(resp.results), time.monotonic() - start
 
 
@@ -51,7 +69,9 @@ def sandbox_processes() -> list[int]:
             try:
                 if UID_BASE <= os.stat(f"/proc/{name}").st_uid < UID_BASE + CONCURRENCY:
                     with open(f"/proc/{name}/stat", "rb") as f:
-                        if f.read().rsplit(b")", 1)[1].split()[0] != b"Z":   # zombies are already dead
+                        if (
+                            f.read().rsplit(b")", 1)[1].split()[0] != b"Z"
+                        ):  # zombies are already dead
                             found.append(int(name))
             except (OSError, IndexError):
                 pass
@@ -66,7 +86,11 @@ def assert_still_serving(stub):
 
 def test_good_code_passes(stub):
     [r], _ = score(stub, f"Here you go:\n```python\n{GOOD}```")
-    assert (r.status, r.reward) == ("ok", 1.0) and r.components["tests_passed"] == 2 and r.latency_ms > 0
+    assert (
+        (r.status, r.reward) == ("ok", 1.0)
+        and r.components["tests_passed"] == 2
+        and r.latency_ms > 0
+    )
 
 
 def test_infinite_loop_times_out(stub):
@@ -77,31 +101,45 @@ def test_infinite_loop_times_out(stub):
 
 
 def test_fork_bomb_is_contained(stub):
-    bombs = ["import os\nwhile True:\n    os.fork()\n",
-             "import os\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n        pass\n"]
+    bombs = [
+        "import os\nwhile True:\n    os.fork()\n",
+        "import os\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n        pass\n",
+    ]
     results, took = score(stub, *bombs)
     assert all(r.reward == 0 for r in results)
     assert results[0].status == "error" and "process limit (32" in results[0].detail
-    assert results[1].status == "timeout"                 # it swallows the error and spins until the wall
+    assert results[1].status == "timeout"  # it swallows the error and spins until the wall
     assert took < 15
     assert_still_serving(stub)
 
 
 def test_memory_bomb_hits_the_memory_limit(stub):
-    results, _ = score(stub, "x = bytearray(1 << 33)\n", "a = []\nwhile True:\n    a.append(' ' * 10**7)\n")
+    results, _ = score(
+        stub, "x = bytearray(1 << 33)\n", "a = []\nwhile True:\n    a.append(' ' * 10**7)\n"
+    )
     for r in results:
         assert (r.reward, r.status) == (0.0, "error") and "memory limit (128 MB)" in r.detail, r
     assert_still_serving(stub)
 
 
 def test_writing_outside_the_temporary_directory_is_denied(stub, tmp_path):
-    targets = [Path("/tmp/brorl-sandbox-escape"), Path(__file__).with_name("brorl-escape"), tmp_path / "x"]
-    tmp_path.chmod(0o777)   # even a world-writable directory is out of reach (the filesystem is read-only)
-    codes = [f"open({str(t)!r}, 'w').write('pwned')\n" for t in targets] + \
-            ["open('inside.txt', 'w').write('fine')\n" + GOOD]
+    targets = [
+        Path("/tmp/brorl-sandbox-escape"),
+        Path(__file__).with_name("brorl-escape"),
+        tmp_path / "x",
+    ]
+    tmp_path.chmod(
+        0o777
+    )  # even a world-writable directory is out of reach (the filesystem is read-only)
+    codes = [f"open({str(t)!r}, 'w').write('pwned')\n" for t in targets] + [
+        "open('inside.txt', 'w').write('fine')\n" + GOOD
+    ]
     results, _ = score(stub, *codes)
     for r in results[:-1]:
-        assert (r.reward, r.status) == (0.0, "error") and "outside the sandbox directory" in r.detail, r
+        assert (r.reward, r.status) == (
+            0.0,
+            "error",
+        ) and "outside the sandbox directory" in r.detail, r
     assert (results[-1].status, results[-1].reward) == ("ok", 1.0)
     assert not any(t.exists() for t in targets)
     assert_still_serving(stub)
@@ -114,36 +152,55 @@ def test_network_connections_are_impossible(stub):
     listener.settimeout(0.5)
     port = listener.getsockname()[1]
     try:
-        results, _ = score(stub, f"import socket\nsocket.create_connection(('127.0.0.1', {port}), timeout=1)\n",
-                           "import urllib.request\nurllib.request.urlopen('http://example.com', timeout=1)\n")
+        results, _ = score(
+            stub,
+            f"import socket\nsocket.create_connection(('127.0.0.1', {port}), timeout=1)\n",
+            "import urllib.request\nurllib.request.urlopen('http://example.com', timeout=1)\n",
+        )
         for r in results:
-            assert (r.reward, r.status) == (0.0, "error") and "network access is disabled" in r.detail, r
+            assert (r.reward, r.status) == (
+                0.0,
+                "error",
+            ) and "network access is disabled" in r.detail, r
         with pytest.raises(socket.timeout):
-            listener.accept()                                 # nothing ever reached the host
+            listener.accept()  # nothing ever reached the host
     finally:
         listener.close()
     assert_still_serving(stub)
 
 
 def test_service_environment_secrets_are_unreachable(stub):
-    steal = ("import os\nsecret = os.environ.get('BRORL_TEST_SECRET') or "
-             "open(f'/proc/{os.getppid()}/environ').read()\n" + GOOD)
-    scan = ("import os\nseen = ''\nfor pid in os.listdir('/proc'):\n    try:\n"
-            "        seen += open(f'/proc/{pid}/environ').read()\n    except OSError:\n        pass\n" + GOOD)
+    steal = (
+        "import os\nsecret = os.environ.get('BRORL_TEST_SECRET') or "
+        "open(f'/proc/{os.getppid()}/environ').read()\n" + GOOD
+    )
+    scan = (
+        "import os\nseen = ''\nfor pid in os.listdir('/proc'):\n    try:\n"
+        "        seen += open(f'/proc/{pid}/environ').read()\n    except OSError:\n        pass\n"
+        + GOOD
+    )
     ref = json.dumps({"tests": ["assert 'hunter2' in secret"]})
     results, _ = score(stub, steal, reference=ref)
     results += score(stub, scan, reference=json.dumps({"tests": ["assert 'hunter2' in seen"]}))[0]
     assert all(r.reward == 0 for r in results)
-    assert results[0].status == "error" and "reading another process's data was denied" in results[0].detail
-    assert results[1].status == "ok" and "AssertionError" in results[1].detail    # found nothing to read
+    assert (
+        results[0].status == "error"
+        and "reading another process's data was denied" in results[0].detail
+    )
+    assert (
+        results[1].status == "ok" and "AssertionError" in results[1].detail
+    )  # found nothing to read
     assert all(SECRET not in r.detail for r in results)
     assert_still_serving(stub)
 
 
 def test_signalling_the_parent_is_denied(stub):
-    results, _ = score(stub, "import os, signal\nos.kill(os.getppid(), signal.SIGKILL)\n",
-                       "import os, signal\nos.kill(1, signal.SIGKILL)\n",
-                       f"import os, signal\nos.kill({os.getpid()}, signal.SIGTERM)\n")
+    results, _ = score(
+        stub,
+        "import os, signal\nos.kill(os.getppid(), signal.SIGKILL)\n",
+        "import os, signal\nos.kill(1, signal.SIGKILL)\n",
+        f"import os, signal\nos.kill({os.getpid()}, signal.SIGTERM)\n",
+    )
     for r in results:
         assert (r.reward, r.status) == (0.0, "error"), r
         assert "not permitted" in r.detail or "invisible" in r.detail, r
@@ -151,13 +208,18 @@ def test_signalling_the_parent_is_denied(stub):
 
 
 def test_forged_reports_do_not_count(stub):
-    forge = ("import os, json\nfake = ''.join(json.dumps(x) + '\\n' for x in [{'stage': 'syntax', 'ok': True}, "
-             "{'stage': 'run', 'ok': True}, {'stage': 'test', 'index': 0, 'ok': True}, "
-             "{'stage': 'test', 'index': 1, 'ok': True}, {'stage': 'done'}]).encode()\n"
-             "for fd in range(3, 64):\n    try:\n        os.write(fd, fake)\n    except OSError:\n        pass\n"
-             "os._exit(0)\n")
+    forge = (
+        "import os, json\nfake = ''.join(json.dumps(x) + '\\n' for x in [{'stage': 'syntax', 'ok': True}, "
+        "{'stage': 'run', 'ok': True}, {'stage': 'test', 'index': 0, 'ok': True}, "
+        "{'stage': 'test', 'index': 1, 'ok': True}, {'stage': 'done'}]).encode()\n"
+        "for fd in range(3, 64):\n    try:\n        os.write(fd, fake)\n    except OSError:\n        pass\n"
+        "os._exit(0)\n"
+    )
     [r], _ = score(stub, forge)
-    assert (r.reward, r.status) == (0.0, "error") and "exited before the tests finished" in r.detail, r
+    assert (r.reward, r.status) == (
+        0.0,
+        "error",
+    ) and "exited before the tests finished" in r.detail, r
     assert_still_serving(stub)
 
 

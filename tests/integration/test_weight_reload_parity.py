@@ -3,6 +3,7 @@ compute exactly what transformers computes with the new weights.
 
 Real vLLM (one engine start per parametrization, ~20-30 s each on CPU).
 """
+
 from __future__ import annotations
 
 import shutil
@@ -30,8 +31,8 @@ def load_hf(path):
 def hf_token_logprobs(model, prompt_ids, completion_ids, temperature=1.0):
     """log_softmax(logits / T) of each completion token given everything before it."""
     ids = torch.tensor([list(prompt_ids) + list(completion_ids)])
-    logits = model(ids).logits[0].float()                               # (L, V)
-    steps = logits[len(prompt_ids) - 1: ids.shape[1] - 1] / temperature  # (T, V)
+    logits = model(ids).logits[0].float()  # (L, V)
+    steps = logits[len(prompt_ids) - 1 : ids.shape[1] - 1] / temperature  # (T, V)
     lps = torch.log_softmax(steps, dim=-1)
     return lps.gather(1, torch.tensor(completion_ids)[:, None])[:, 0].tolist()
 
@@ -70,8 +71,9 @@ def greedy_report(engine, hf, eos_id):
     worst, same_tokens = 0.0, True
     for prompt_ids, (sample,) in results:
         assert len(sample.logprobs) == len(sample.token_ids)
-        worst = max(worst, max_diff(sample.logprobs,
-                                    hf_token_logprobs(hf, prompt_ids, sample.token_ids)))
+        worst = max(
+            worst, max_diff(sample.logprobs, hf_token_logprobs(hf, prompt_ids, sample.token_ids))
+        )
         hf_tokens, _ = hf_greedy(hf, prompt_ids, MAX_TOKENS, eos_id)
         same_tokens &= hf_tokens == sample.token_ids
     return results, worst, same_tokens
@@ -85,8 +87,11 @@ def test_reload_matches_transformers(tmp_path, tie, request):
     # Model A with tied embeddings is the session's tiny model, so that case reuses its engine
     # (and ends by reloading A, which the test checks anyway).
     shared = tie
-    dir_a = request.getfixturevalue("tiny_model_dir") if shared else create_tiny_model(tmp_path / "A", seed=0,
-                                                                                        tie_embeddings=tie)
+    dir_a = (
+        request.getfixturevalue("tiny_model_dir")
+        if shared
+        else create_tiny_model(tmp_path / "A", seed=0, tie_embeddings=tie)
+    )
     dir_b = create_tiny_model(tmp_path / "B", seed=1, tie_embeddings=tie)
     weights_a = weights_only(dir_a, tmp_path / "weights_A")
     weights_b = weights_only(dir_b, tmp_path / "weights_B")
@@ -100,8 +105,9 @@ def test_reload_matches_transformers(tmp_path, tie, request):
         before, diff_a, same_a = greedy_report(engine, hf_a, eos_id)
         assert diff_a <= TOL, f"engine differs from transformers(A) before reload: {diff_a}"
         assert same_a, "greedy tokens differ from transformers(A) before reload"
-        diff_a_vs_b = max(max_diff(s.logprobs, hf_token_logprobs(hf_b, p, s.token_ids))
-                          for p, (s,) in before)
+        diff_a_vs_b = max(
+            max_diff(s.logprobs, hf_token_logprobs(hf_b, p, s.token_ids)) for p, (s,) in before
+        )
         assert diff_a_vs_b > 100 * TOL, "A and B too similar for the test to mean anything"
 
         # The exact path the rollout service uses.
@@ -115,17 +121,21 @@ def test_reload_matches_transformers(tmp_path, tie, request):
         # A fixed continuation scored through prompt logprobs.
         prompt_ids = after[0][0]
         continuation = build_tokenizer().encode("432") + [eos_id]
-        diff_score = max_diff(engine.score_continuation(prompt_ids, continuation),
-                              hf_token_logprobs(hf_b, prompt_ids, continuation))
+        diff_score = max_diff(
+            engine.score_continuation(prompt_ids, continuation),
+            hf_token_logprobs(hf_b, prompt_ids, continuation),
+        )
         assert diff_score <= TOL, f"prompt logprobs after reload: {diff_score}"
 
         # Sampled paths at T=0.8: sampling logprobs == log_softmax(logits / T) under B.
         temperature = 0.8
-        (prompt_ids, samples), = engine.generate([PROMPTS[0]], n=8, temperature=temperature,
-                                                 max_tokens=MAX_TOKENS, seed=5)
-        diff_sampled = max(max_diff(s.logprobs, hf_token_logprobs(hf_b, prompt_ids, s.token_ids,
-                                                                   temperature))
-                           for s in samples)
+        ((prompt_ids, samples),) = engine.generate(
+            [PROMPTS[0]], n=8, temperature=temperature, max_tokens=MAX_TOKENS, seed=5
+        )
+        diff_sampled = max(
+            max_diff(s.logprobs, hf_token_logprobs(hf_b, prompt_ids, s.token_ids, temperature))
+            for s in samples
+        )
         assert diff_sampled <= TOL, f"sampling logprobs after reload: {diff_sampled}"
 
         # Reloading A again gives back A's outputs exactly (nothing stale survives a reload).
@@ -135,11 +145,15 @@ def test_reload_matches_transformers(tmp_path, tie, request):
             assert s1.token_ids == s0.token_ids
             assert max_diff(s1.logprobs, s0.logprobs) <= 1e-5
 
-        print(f"\n[parity tie={tie}] before(A)={diff_a:.2e} A-vs-B={diff_a_vs_b:.2e} "
-              f"greedy(B)={diff_b:.2e} prompt_logprobs(B)={diff_score:.2e} "
-              f"sampled T=0.8 (B)={diff_sampled:.2e}")
+        print(
+            f"\n[parity tie={tie}] before(A)={diff_a:.2e} A-vs-B={diff_a_vs_b:.2e} "
+            f"greedy(B)={diff_b:.2e} prompt_logprobs(B)={diff_score:.2e} "
+            f"sampled T=0.8 (B)={diff_sampled:.2e}"
+        )
     finally:
         if shared:
-            engine.load_weights(str(weights_a), version=start_version)   # leave the shared engine as found
+            engine.load_weights(
+                str(weights_a), version=start_version
+            )  # leave the shared engine as found
         else:
             engine.close()

@@ -13,6 +13,7 @@
   profiles and the Dockerfile the compose file builds.
 * docker/healthcheck.py against a real gRPC server with a health service.
 """
+
 from __future__ import annotations
 
 import fnmatch
@@ -39,7 +40,7 @@ REPO = Path(__file__).resolve().parents[2]
 COMPOSE_FILE = REPO / "docker-compose.yml"
 SCHEMA_FILE = Path(__file__).parent / "data" / "compose-spec.json"
 SCHEMA_SHA256 = "bc50c2d79102aed8df21b3a13e56c9396c7a06da6cff5ce37629f2ee7eb41735"
-APP_DIR = PurePosixPath("/app")   # WORKDIR of the image; the repository is copied there
+APP_DIR = PurePosixPath("/app")  # WORKDIR of the image; the repository is copied there
 
 CONFIGS: dict[str, type[BaseModel]] = {
     "reward": RewardServiceConfig,
@@ -47,8 +48,13 @@ CONFIGS: dict[str, type[BaseModel]] = {
     "learner": LearnerServiceConfig,
 }
 # Compose service name -> brorl service it runs (the GPU profile has its own rollout and learner).
-BRORL_SERVICES = {"reward": "reward", "rollout": "rollout", "learner": "learner",
-                  "rollout-gpu": "rollout", "learner-gpu": "learner"}
+BRORL_SERVICES = {
+    "reward": "reward",
+    "rollout": "rollout",
+    "learner": "learner",
+    "rollout-gpu": "rollout",
+    "learner-gpu": "learner",
+}
 
 
 @pytest.fixture(scope="module")
@@ -99,7 +105,10 @@ def field_exists(cls: type[BaseModel], dotted: str) -> bool:
     model = cls
     parts = dotted.split(".")
     for part in parts:
-        if not (isinstance(model, type) and issubclass(model, BaseModel)) or part not in model.model_fields:
+        if (
+            not (isinstance(model, type) and issubclass(model, BaseModel))
+            or part not in model.model_fields
+        ):
             return False
         model = model.model_fields[part].annotation
     return True
@@ -119,9 +128,14 @@ def mounts(service: dict) -> list[dict]:
     for item in service.get("volumes", []):
         if isinstance(item, str):
             parts = item.split(":")
-            out.append({"source": parts[0], "target": parts[1],
-                        "read_only": len(parts) > 2 and "ro" in parts[2].split(","),
-                        "type": "bind" if parts[0].startswith((".", "/", "$", "~")) else "volume"})
+            out.append(
+                {
+                    "source": parts[0],
+                    "target": parts[1],
+                    "read_only": len(parts) > 2 and "ro" in parts[2].split(","),
+                    "type": "bind" if parts[0].startswith((".", "/", "$", "~")) else "volume",
+                }
+            )
         else:
             out.append(item)
     return out
@@ -133,6 +147,7 @@ def port_of(address: str) -> int:
 
 # ---------------------------------------------------------------- schema
 
+
 def test_vendored_schema_is_the_recorded_copy():
     assert hashlib.sha256(SCHEMA_FILE.read_bytes()).hexdigest() == SCHEMA_SHA256
     jsonschema.Draft7Validator.check_schema(json.loads(SCHEMA_FILE.read_text()))
@@ -140,7 +155,10 @@ def test_vendored_schema_is_the_recorded_copy():
 
 def test_compose_file_validates_against_the_compose_spec_schema(compose):
     validator = jsonschema.Draft7Validator(json.loads(SCHEMA_FILE.read_text()))
-    errors = [f"{'/'.join(map(str, e.absolute_path))}: {e.message}" for e in validator.iter_errors(compose)]
+    errors = [
+        f"{'/'.join(map(str, e.absolute_path))}: {e.message}"
+        for e in validator.iter_errors(compose)
+    ]
     assert not errors, "\n".join(errors)
 
 
@@ -154,8 +172,11 @@ def test_schema_rejects_a_misspelt_key(compose):
 
 # ---------------------------------------------------------------- commands and config
 
+
 def test_every_brorl_service_is_covered(services):
-    running_brorl = {name for name, s in services.items() if "services." in " ".join(s.get("command") or [])}
+    running_brorl = {
+        name for name, s in services.items() if "services." in " ".join(s.get("command") or [])
+    }
     assert running_brorl == set(BRORL_SERVICES)
     assert set(CONFIGS) == set(launcher.SERVICE_MODULES)
 
@@ -164,7 +185,9 @@ def test_every_brorl_service_is_covered(services):
 def test_command_is_the_launchers_command(services, compose_name):
     name = BRORL_SERVICES[compose_name]
     command = services[compose_name]["command"]
-    assert not any("$" in part for part in command), "no interpolation in commands: they must equal the launcher's"
+    assert not any("$" in part for part in command), (
+        "no interpolation in commands: they must equal the launcher's"
+    )
     module, overrides = split_command(command)
     assert module == launcher.SERVICE_MODULES[name]
     # The same argv the launcher builds from these overrides (it runs sys.executable, compose `python`).
@@ -191,21 +214,32 @@ def test_brorl_environment_is_valid_config(services, compose_name):
     assert isinstance(env_spec, dict), "use the mapping form of environment:"
     env = {k: interpolate(str(v)) for k, v in env_spec.items()}
     for key in flatten(env_overrides("BRORL_", env)):
-        assert field_exists(cls, key), f"{compose_name}: BRORL_ variable for {key!r} is not a field of {cls.__name__}"
+        assert field_exists(cls, key), (
+            f"{compose_name}: BRORL_ variable for {key!r} is not a field of {cls.__name__}"
+        )
     _, overrides = split_command(services[compose_name]["command"])
-    load_config(cls, None, [f"{k}={v}" for k, v in overrides.items()], env_prefix="BRORL_", environ=env)
+    load_config(
+        cls, None, [f"{k}={v}" for k, v in overrides.items()], env_prefix="BRORL_", environ=env
+    )
 
 
 def test_services_reach_each_other_by_compose_name(services):
     for compose_name in ("rollout", "rollout-gpu"):
         _, o = split_command(services[compose_name]["command"])
         assert o["redis_url"] == "redis://redis:6379/0"
-        assert o["reward_address"] == f"reward:{port_of(split_command(services['reward']['command'])[1]['bind'])}"
+        assert (
+            o["reward_address"]
+            == f"reward:{port_of(split_command(services['reward']['command'])[1]['bind'])}"
+        )
     for compose_name in ("learner", "learner-gpu"):
-        assert split_command(services[compose_name]["command"])[1]["redis_url"] == "redis://redis:6379/0"
+        assert (
+            split_command(services[compose_name]["command"])[1]["redis_url"]
+            == "redis://redis:6379/0"
+        )
 
 
 # ---------------------------------------------------------------- health and startup order
+
 
 @pytest.mark.parametrize("compose_name", sorted(BRORL_SERVICES))
 def test_grpc_health_check(services, compose_name):
@@ -214,7 +248,9 @@ def test_grpc_health_check(services, compose_name):
     test = service["healthcheck"]["test"]
     assert test[:2] == ["CMD", "python"]
     script = PurePosixPath(test[2])
-    assert (REPO / script.relative_to(APP_DIR)).is_file(), f"{script} is not in the repository copied to {APP_DIR}"
+    assert (REPO / script.relative_to(APP_DIR)).is_file(), (
+        f"{script} is not in the repository copied to {APP_DIR}"
+    )
     assert test[3] == f"127.0.0.1:{port_of(overrides['bind'])}"
     assert not service["healthcheck"].get("disable", False)
 
@@ -225,7 +261,9 @@ def test_depends_on_waits_for_healthy_services(services):
         assert isinstance(deps, dict), f"{name}: depends_on needs conditions"
         for dep, spec in deps.items():
             assert spec["condition"] == "service_healthy", f"{name} -> {dep}"
-            assert "healthcheck" in services[dep], f"{name} waits for {dep}, which has no healthcheck"
+            assert "healthcheck" in services[dep], (
+                f"{name} waits for {dep}, which has no healthcheck"
+            )
     for rollout in ("rollout", "rollout-gpu"):
         assert {"redis", "reward"} <= set(services[rollout]["depends_on"])
     for learner in ("learner", "learner-gpu"):
@@ -234,6 +272,7 @@ def test_depends_on_waits_for_healthy_services(services):
 
 
 # ---------------------------------------------------------------- scaling, volumes, profiles
+
 
 @pytest.mark.parametrize("compose_name", ["rollout", "rollout-gpu"])
 def test_rollout_scales(services, compose_name):
@@ -245,13 +284,20 @@ def test_rollout_scales(services, compose_name):
     assert "scale" not in service and "replicas" not in service.get("deploy", {})
 
 
-@pytest.mark.parametrize("learner_name, rollout_name", [("learner", "rollout"), ("learner-gpu", "rollout-gpu")])
+@pytest.mark.parametrize(
+    "learner_name, rollout_name", [("learner", "rollout"), ("learner-gpu", "rollout-gpu")]
+)
 def test_learner_and_rollout_share_the_data_volume(compose, services, learner_name, rollout_name):
     learner_m = {m["target"]: m for m in mounts(services[learner_name])}
     rollout_m = {m["target"]: m for m in mounts(services[rollout_name])}
-    shared = [t for t, m in learner_m.items()
-              if m["type"] == "volume" and m["source"] in (compose.get("volumes") or {})
-              and t in rollout_m and rollout_m[t]["source"] == m["source"]]
+    shared = [
+        t
+        for t, m in learner_m.items()
+        if m["type"] == "volume"
+        and m["source"] in (compose.get("volumes") or {})
+        and t in rollout_m
+        and rollout_m[t]["source"] == m["source"]
+    ]
     assert len(shared) == 1, "one named volume mounted at the same path in learner and rollout"
     target = PurePosixPath(shared[0])
     assert not learner_m[shared[0]].get("read_only"), "the learner writes the weight store"
@@ -282,6 +328,7 @@ def test_profiles(services):
 
 # ---------------------------------------------------------------- Dockerfile and build context
 
+
 def _builds(services) -> list[dict]:
     return [s["build"] for s in services.values() if "build" in s]
 
@@ -307,31 +354,56 @@ def test_dockerfile_installs_through_setup_sh():
     assert "bash scripts/setup.sh" in cpu_stage
     setup = (REPO / "scripts" / "setup.sh").read_text()
     assert re.search(r"uninstall .*torchvision", setup)
-    assert re.search(r"--no-build-isolation deepspeed==[0-9.]+", setup), "the gpu stage reads this pin"
+    assert re.search(r"--no-build-isolation deepspeed==[0-9.]+", setup), (
+        "the gpu stage reads this pin"
+    )
 
 
 def test_dockerignore_keeps_what_the_image_needs():
-    patterns = [line.strip() for line in (REPO / ".dockerignore").read_text().splitlines()
-                if line.strip() and not line.startswith("#")]
-    assert not any(p.startswith("!") for p in patterns), "the matcher below does not handle exceptions"
+    patterns = [
+        line.strip()
+        for line in (REPO / ".dockerignore").read_text().splitlines()
+        if line.strip() and not line.startswith("#")
+    ]
+    assert not any(p.startswith("!") for p in patterns), (
+        "the matcher below does not handle exceptions"
+    )
 
     def ignored(path: str) -> bool:
         parts = path.split("/")
         prefixes = ["/".join(parts[:i]) for i in range(1, len(parts) + 1)]
-        return any(fnmatch.fnmatchcase(pre, pat) or (pat.startswith("**/") and fnmatch.fnmatchcase(pre.rsplit("/", 1)[-1], pat[3:]))
-                   for pre in prefixes for pat in patterns)
+        return any(
+            fnmatch.fnmatchcase(pre, pat)
+            or (pat.startswith("**/") and fnmatch.fnmatchcase(pre.rsplit("/", 1)[-1], pat[3:]))
+            for pre in prefixes
+            for pat in patterns
+        )
 
-    needed = ["docker/healthcheck.py", "docker/Dockerfile", "requirements.txt", "scripts/setup.sh",
-              "brorl/apps/launcher.py", "brorl/v1", "protos", "services/rollout/__main__.py",
-              "services/reward/__main__.py", "services/learner/__main__.py", "kernels", "pyproject.toml"]
+    needed = [
+        "docker/healthcheck.py",
+        "docker/Dockerfile",
+        "requirements.txt",
+        "scripts/setup.sh",
+        "brorl/apps/launcher.py",
+        "brorl/v1",
+        "protos",
+        "services/rollout/__main__.py",
+        "services/reward/__main__.py",
+        "services/learner/__main__.py",
+        "kernels",
+        "pyproject.toml",
+    ]
     assert not [p for p in needed if ignored(p)]
     assert ignored(".git") and ignored("runs/x/weights") and ignored("brorl/__pycache__")
 
 
 # ---------------------------------------------------------------- docker/healthcheck.py
 
+
 def _healthcheck_module():
-    spec = importlib.util.spec_from_file_location("brorl_docker_healthcheck", REPO / "docker" / "healthcheck.py")
+    spec = importlib.util.spec_from_file_location(
+        "brorl_docker_healthcheck", REPO / "docker" / "healthcheck.py"
+    )
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
@@ -344,16 +416,21 @@ def test_healthcheck_script_follows_the_health_service():
     server = Server("127.0.0.1:0", ["brorl.test.Probe"]).start()
     address = f"127.0.0.1:{server.port}"
     try:
-        assert hc.main([address]) == 1                     # servers start NOT_SERVING
+        assert hc.main([address]) == 1  # servers start NOT_SERVING
         server.set_serving(True)
         assert hc.main([address]) == 0
         assert hc.main([address, "brorl.test.Probe"]) == 0
         assert hc.main([address, "no.such.Service"]) == 1  # NOT_FOUND
         # Standalone, as in the container: no repository on sys.path, exit code only.
-        done = subprocess.run([sys.executable, str(REPO / "docker" / "healthcheck.py"), address],
-                              cwd="/", capture_output=True, text=True, timeout=30,
-                              env={"PATH": "/usr/bin:/bin"})
+        done = subprocess.run(
+            [sys.executable, str(REPO / "docker" / "healthcheck.py"), address],
+            cwd="/",
+            capture_output=True,
+            text=True,
+            timeout=30,
+            env={"PATH": "/usr/bin:/bin"},
+        )
         assert done.returncode == 0, done.stderr
     finally:
         server.stop(grace=0)
-    assert hc.main([address, "--timeout", "0.5"]) == 1     # nobody listening
+    assert hc.main([address, "--timeout", "0.5"]) == 1  # nobody listening

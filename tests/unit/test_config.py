@@ -19,7 +19,9 @@ class Outer(StrictModel):
 def test_precedence_defaults_file_env_cli(tmp_path):
     f = tmp_path / "c.yaml"
     f.write_text("lr: 0.5\ninner: {x: 2, name: file}\n")
-    cfg = load_config(Outer, f, ["inner.x=7"], environ={"BRORL_INNER__NAME": "env", "BRORL_INNER__X": "3"})
+    cfg = load_config(
+        Outer, f, ["inner.x=7"], environ={"BRORL_INNER__NAME": "env", "BRORL_INNER__X": "3"}
+    )
     assert (cfg.lr, cfg.inner.x, cfg.inner.name) == (0.5, 7, "env")
     assert load_config(Outer, None, [], environ={}).lr == 1e-3
 
@@ -40,9 +42,13 @@ def test_range_violation_names_the_field():
 def test_run_config_errors_name_fields():
     ok = parse_run_config("model: m\ndata: {train_path: d.jsonl}\nasync: {max_staleness: 1}")
     assert ok.asynchrony.max_staleness == 1 and ok.sampling.n == 512
-    for text, field in [("model: m", "data"), ("model: m\ndata: {train_path: d}\nsampling: {n: 0}", "sampling.n"),
-                        ("model: m\ndata: {train_path: d}\ntrain: {lr: -1}", "train.lr"),
-                        ("- a\n- b", "config_yaml"), ("model: [unclosed", "config_yaml")]:
+    for text, field in [
+        ("model: m", "data"),
+        ("model: m\ndata: {train_path: d}\nsampling: {n: 0}", "sampling.n"),
+        ("model: m\ndata: {train_path: d}\ntrain: {lr: -1}", "train.lr"),
+        ("- a\n- b", "config_yaml"),
+        ("model: [unclosed", "config_yaml"),
+    ]:
         with pytest.raises(InvalidArgument) as err:
             parse_run_config(text)
         assert err.value.field == field, (text, str(err.value))
@@ -50,30 +56,64 @@ def test_run_config_errors_name_fields():
 
 # --- the recipe shared by `brorl demo` and `brorl sweep` (brorl/apps/recipe.py) -----------------
 
+
 def test_sweep_follows_the_demo_recipe():
     from pathlib import Path
 
     from brorl.apps.demo_cmd import DEFAULT_CONFIG, DemoConfig
-    from brorl.apps.recipe import CONFIGS, DemoInputs, build_run_config, load_recipe, run_config_yaml
+    from brorl.apps.recipe import (
+        CONFIGS,
+        DemoInputs,
+        build_run_config,
+        load_recipe,
+        run_config_yaml,
+    )
     from brorl.apps.sweep_cmd import SweepConfig, per_run_config, plan
 
     demo = load_recipe(DemoConfig, DEFAULT_CONFIG)
-    sweep = load_recipe(SweepConfig, CONFIGS / "sweep.yaml", ["workers=1", "warmstart=[--steps,150]", "ns=[16,64]"])
-    assert sweep.base == "demo.yaml" and sweep.run == demo.run and sweep.threads_per_process == demo.threads_per_process
-    assert (demo.eval_problems, sweep.eval_problems, sweep.workers, sweep.warmstart) == (500, 200, 1, ["--steps", "150"])
+    sweep = load_recipe(
+        SweepConfig, CONFIGS / "sweep.yaml", ["workers=1", "warmstart=[--steps,150]", "ns=[16,64]"]
+    )
+    assert (
+        sweep.base == "demo.yaml"
+        and sweep.run == demo.run
+        and sweep.threads_per_process == demo.threads_per_process
+    )
+    assert (demo.eval_problems, sweep.eval_problems, sweep.workers, sweep.warmstart) == (
+        500,
+        200,
+        1,
+        ["--steps", "150"],
+    )
 
     inputs = DemoInputs(model=Path("/m"), data=Path("/d.jsonl"), accuracy=0.1)
     demo_run = build_run_config(demo, inputs)
-    assert (demo_run.model, demo_run.data.train_path, demo_run.sampling.n) == ("/m", "/d.jsonl", 512)
+    assert (demo_run.model, demo_run.data.train_path, demo_run.sampling.n) == (
+        "/m",
+        "/d.jsonl",
+        512,
+    )
     assert parse_run_config(run_config_yaml(demo_run)) == demo_run
     runs = plan(sweep)
     assert [(r["regime"], r["n"], r["steps"]) for r in runs[::3]] == [
-        ("equal_steps", 16, 10), ("equal_steps", 64, 10), ("equal_samples", 16, 320), ("equal_samples", 64, 80)]
+        ("equal_steps", 16, 10),
+        ("equal_steps", 64, 10),
+        ("equal_samples", 16, 320),
+        ("equal_samples", 64, 80),
+    ]
     sweep_run = build_run_config(sweep, inputs, per_run_config(runs[-1]))
-    assert (sweep_run.sampling.n, sweep_run.train.steps, sweep_run.train.seed, sweep_run.data.shuffle_seed) == (64, 80, 2, 2)
+    assert (
+        sweep_run.sampling.n,
+        sweep_run.train.steps,
+        sweep_run.train.seed,
+        sweep_run.data.shuffle_seed,
+    ) == (64, 80, 2, 2)
     # everything the sweep does not set per run is the demo's
-    same = build_run_config(demo, inputs, {"sampling": {"n": 64}, "train": {"steps": 80, "seed": 2},
-                                            "data": {"shuffle_seed": 2}})
+    same = build_run_config(
+        demo,
+        inputs,
+        {"sampling": {"n": 64}, "train": {"steps": 80, "seed": 2}, "data": {"shuffle_seed": 2}},
+    )
     assert sweep_run == same
 
 
@@ -86,12 +126,16 @@ def test_recipe_bases_are_checked(tmp_path):
     cfg = load_recipe(DemoConfig, tmp_path / "a.yaml")
     assert (cfg.workers, cfg.run) == (3, {"reward_fn": "exact_match"})
     (tmp_path / "b.yaml").write_text("base: a.yaml\n")
-    for path, overrides, field in [(tmp_path / "a.yaml", [], "base"), (tmp_path / "missing.yaml", [], "config"),
-                                   (tmp_path / "b.yaml", ["base=c.yaml"], "base"), (tmp_path / "c.yaml", [], "config")]:
+    for path, overrides, field in [
+        (tmp_path / "a.yaml", [], "base"),
+        (tmp_path / "missing.yaml", [], "config"),
+        (tmp_path / "b.yaml", ["base=c.yaml"], "base"),
+        (tmp_path / "c.yaml", [], "config"),
+    ]:
         with pytest.raises(InvalidArgument) as err:
             load_recipe(DemoConfig, path, overrides)
         assert err.value.field == field, (path, str(err.value))
-    (tmp_path / "c.yaml").write_text("workers: 1\neval_problems: 100\n")   # the demo needs >= 200
+    (tmp_path / "c.yaml").write_text("workers: 1\neval_problems: 100\n")  # the demo needs >= 200
     with pytest.raises(InvalidArgument) as err:
         load_recipe(DemoConfig, tmp_path / "c.yaml")
     assert err.value.field == "eval_problems"

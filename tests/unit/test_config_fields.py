@@ -1,22 +1,32 @@
 """Every config section rejects unknown keys and documents every field (the --help of a
 service and the reference docs are generated from these descriptions)."""
+
 import importlib
-import pkgutil
 from pathlib import Path
 
 from brorl.config import StrictModel
 
 ROOT = Path(__file__).resolve().parents[2]
-CONFIG_MODULES = ["brorl.runconfig", "services.learner.config", "services.rollout.config",
-                  "services.reward.config", "brorl.apps.demo_cmd", "brorl.apps.sweep_cmd"]
+CONFIG_MODULES = [
+    "brorl.runconfig",
+    "services.learner.config",
+    "services.rollout.config",
+    "services.reward.config",
+    "brorl.apps.demo_cmd",
+    "brorl.apps.sweep_cmd",
+]
 
 
 def strict_models():
     for name in CONFIG_MODULES:
         module = importlib.import_module(name)
         for obj in vars(module).values():
-            if isinstance(obj, type) and issubclass(obj, StrictModel) and obj is not StrictModel \
-                    and obj.__module__ == module.__name__:
+            if (
+                isinstance(obj, type)
+                and issubclass(obj, StrictModel)
+                and obj is not StrictModel
+                and obj.__module__ == module.__name__
+            ):
                 yield obj
 
 
@@ -25,8 +35,12 @@ def test_the_config_modules_exist_and_hold_models():
 
 
 def test_every_config_field_has_a_description():
-    missing = [f"{m.__module__}.{m.__name__}.{f}" for m in strict_models()
-               for f, info in m.model_fields.items() if not (info.description or "").strip()]
+    missing = [
+        f"{m.__module__}.{m.__name__}.{f}"
+        for m in strict_models()
+        for f, info in m.model_fields.items()
+        if not (info.description or "").strip()
+    ]
     assert not missing, f"fields without a description: {missing}"
 
 

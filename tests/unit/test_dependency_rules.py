@@ -4,6 +4,7 @@ triton only in kernels/. Also: the core (brorl/ outside brorl/apps/) never impor
 services never import the demo package, and the imports inside brorl/ form no cycle.
 
 Every rule counts imports anywhere in a file, including those inside functions."""
+
 import ast
 import subprocess
 import sys
@@ -36,7 +37,7 @@ def imported_names(path: Path, module: str) -> set[str]:
             base = node.module or ""
             if node.level:
                 parts = module.split(".")
-                anchor = parts[:len(parts) - node.level + (1 if is_package else 0)]
+                anchor = parts[: len(parts) - node.level + (1 if is_package else 0)]
                 base = ".".join(anchor + ([base] if base else []))
             names.add(base)
             names.update(f"{base}.{a.name}" for a in node.names if a.name != "*")
@@ -54,15 +55,24 @@ def py_files(folder: str):
 
 def test_core_imports_no_heavy_framework():
     for path in py_files("brorl"):
-        bad = {n for n in imports_of(path) if n.split(".")[0] in HEAVY | {"services", "demo", "kernels"}}
+        bad = {
+            n
+            for n in imports_of(path)
+            if n.split(".")[0] in HEAVY | {"services", "demo", "kernels"}
+        }
         assert not bad, f"{path.relative_to(ROOT)} imports {bad}"
 
 
 def test_importing_every_core_module_loads_no_torch():
     modules = [".".join(p.relative_to(ROOT).with_suffix("").parts) for p in py_files("brorl")]
-    code = ("import sys\n" + "".join(f"import {m}\n" for m in modules) +
-            "bad = [m for m in ('torch','vllm','deepspeed','triton') if m in sys.modules]\nprint(','.join(bad))")
-    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
+    code = (
+        "import sys\n"
+        + "".join(f"import {m}\n" for m in modules)
+        + "bad = [m for m in ('torch','vllm','deepspeed','triton') if m in sys.modules]\nprint(','.join(bad))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True
+    )
     assert out.stdout.strip() == "", f"importing brorl loaded {out.stdout.strip()}"
 
 
@@ -76,7 +86,10 @@ def test_services_do_not_import_each_other():
 
 
 def test_framework_imports_stay_in_their_module():
-    owners = {"vllm": {"services/rollout/engine.py"}, "deepspeed": {"services/learner/deepspeed_engine.py"}}
+    owners = {
+        "vllm": {"services/rollout/engine.py"},
+        "deepspeed": {"services/learner/deepspeed_engine.py"},
+    }
     for path in ROOT.glob("**/*.py"):
         rel = str(path.relative_to(ROOT))
         if rel.startswith(("tests/", "bench/", ".")) or "/bench/" in rel:
@@ -97,7 +110,14 @@ def core_import_graph() -> dict[str, set[str]]:
         targets = set()
         for name in imported_names(path, mod):
             parts = name.split(".")
-            hit = next((".".join(parts[:k]) for k in range(len(parts), 0, -1) if ".".join(parts[:k]) in paths), None)
+            hit = next(
+                (
+                    ".".join(parts[:k])
+                    for k in range(len(parts), 0, -1)
+                    if ".".join(parts[:k]) in paths
+                ),
+                None,
+            )
             if hit and hit != mod:
                 targets.add(hit)
         graph[mod] = targets
@@ -106,7 +126,7 @@ def core_import_graph() -> dict[str, set[str]]:
 
 def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
     """One cycle of ``graph`` as a path that starts and ends at the same node, or None."""
-    state: dict[str, int] = {}   # 1: on the current path, 2: done
+    state: dict[str, int] = {}  # 1: on the current path, 2: done
     stack: list[str] = []
 
     def visit(node: str) -> list[str] | None:
@@ -114,7 +134,7 @@ def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
         stack.append(node)
         for nxt in sorted(graph.get(node, ())):
             if state.get(nxt) == 1:
-                return stack[stack.index(nxt):] + [nxt]
+                return stack[stack.index(nxt) :] + [nxt]
             if nxt not in state and (cycle := visit(nxt)):
                 return cycle
         stack.pop()
@@ -134,8 +154,12 @@ def test_find_cycle_reports_the_path():
 
 def test_no_import_cycle_in_brorl():
     graph = core_import_graph()
-    assert {"brorl.apps.cli", "brorl.apps.recipe", "brorl.config"} <= set(graph)   # the graph sees the tree
-    assert "brorl.apps.recipe" in graph["brorl.apps.demo_cmd"]   # `from brorl.apps import recipe` is that module
+    assert {"brorl.apps.cli", "brorl.apps.recipe", "brorl.config"} <= set(
+        graph
+    )  # the graph sees the tree
+    assert (
+        "brorl.apps.recipe" in graph["brorl.apps.demo_cmd"]
+    )  # `from brorl.apps import recipe` is that module
     cycle = find_cycle(graph)
     assert cycle is None, "import cycle in brorl/: " + " -> ".join(cycle)
 
@@ -145,11 +169,17 @@ def test_core_does_not_import_the_apps():
         mod = module_name(path)
         if mod == "brorl.apps" or mod.startswith("brorl.apps."):
             continue
-        bad = {n for n in imported_names(path, mod) if n == "brorl.apps" or n.startswith("brorl.apps.")}
-        assert not bad, f"{path.relative_to(ROOT)} (core) imports {bad}; the apps build on the core, not back"
+        bad = {
+            n for n in imported_names(path, mod) if n == "brorl.apps" or n.startswith("brorl.apps.")
+        }
+        assert not bad, (
+            f"{path.relative_to(ROOT)} (core) imports {bad}; the apps build on the core, not back"
+        )
 
 
 def test_services_do_not_import_the_demo():
     for path in (ROOT / "services").rglob("*.py"):
         bad = {n for n in imported_names(path, module_name(path)) if n.split(".")[0] == "demo"}
-        assert not bad, f"{path.relative_to(ROOT)} imports {bad}; services must not depend on the CPU demo (demo/)"
+        assert not bad, (
+            f"{path.relative_to(ROOT)} imports {bad}; services must not depend on the CPU demo (demo/)"
+        )

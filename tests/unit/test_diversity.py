@@ -1,5 +1,6 @@
 """services/rollout/diversity.py against pure-Python references (sets of n-gram tuples, big-int
 modular arithmetic, all-pairs union-find) on irregular group sizes."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -14,7 +15,7 @@ def grams(seq, n=3):
         return set()
     if len(seq) < n:
         return {tuple(seq)}
-    return {tuple(seq[i:i + n]) for i in range(len(seq) - n + 1)}
+    return {tuple(seq[i : i + n]) for i in range(len(seq) - n + 1)}
 
 
 def jaccard(a, b, n=3):
@@ -69,7 +70,9 @@ def test_gram_hashes_equal_exactly_when_grams_equal():
     by_gram = {}
     for g, h in zip(ref, hashes.tolist()):
         assert by_gram.setdefault(g, h) == h
-    assert len(set(by_gram.values())) == len(by_gram)  # distinct grams (incl. short ones) never collide here
+    assert len(set(by_gram.values())) == len(
+        by_gram
+    )  # distinct grams (incl. short ones) never collide here
 
 
 def _ordered_grams(seq, n=3):
@@ -77,12 +80,16 @@ def _ordered_grams(seq, n=3):
         return []
     if len(seq) < n:
         return [tuple(seq)]
-    return [tuple(seq[i:i + n]) for i in range(len(seq) - n + 1)]
+    return [tuple(seq[i : i + n]) for i in range(len(seq) - n + 1)]
 
 
 def test_minhash_matches_big_int_reference():
     rng = np.random.default_rng(1)
-    seqs = [rng.integers(0, 50000, rng.integers(0, 40)).tolist() for _ in range(37)] + [[5], [5, 6], []]
+    seqs = [rng.integers(0, 50000, rng.integers(0, 40)).tolist() for _ in range(37)] + [
+        [5],
+        [5, 6],
+        [],
+    ]
     sig = d.minhash_signatures(seqs, n=3, num_perm=16, seed=7)
     assert sig.shape == (40, 16) and sig.dtype == np.uint64
     hashes, per_path = d._gram_hashes(seqs, 3)
@@ -90,10 +97,12 @@ def test_minhash_matches_big_int_reference():
     p = (1 << 32) - 5
     start = 0
     for row, count in zip(sig, per_path.tolist()):
-        xs = [int(h) % p for h in hashes[start:start + count]]
+        xs = [int(h) % p for h in hashes[start : start + count]]
         start += count
-        ref = [min((int(ak) * x + int(bk)) % p for x in xs) if xs else int(d.EMPTY_SLOT)
-               for ak, bk in zip(a, b)]
+        ref = [
+            min((int(ak) * x + int(bk)) % p for x in xs) if xs else int(d.EMPTY_SLOT)
+            for ak, bk in zip(a, b)
+        ]
         assert row.tolist() == ref
 
 
@@ -131,7 +140,11 @@ def test_identical_paths_collapse_and_different_survive():
 def test_clusters_match_all_pairs_reference_p1023():
     rng = np.random.default_rng(4)
     seqs, fam = families(rng, 6, 1000)
-    seqs += [[] for _ in range(5)] + [[7], [7], [8]] + [rng.integers(0, 1000, 40).tolist() for _ in range(15)]
+    seqs += (
+        [[] for _ in range(5)]
+        + [[7], [7], [8]]
+        + [rng.integers(0, 1000, 40).tolist() for _ in range(15)]
+    )
     ids = d.near_duplicate_clusters(seqs)
     assert ids.shape == (1023,) and ids.dtype == np.int64
     assert same_partition(ids, brute_force_clusters(seqs))
@@ -179,11 +192,21 @@ def test_path_diversity_index():
     rand = [rng.integers(0, 32000, 32).tolist() for _ in range(1024)]
     assert d.path_diversity_index(rand) > 0.8
     assert d.path_diversity_index(rand, seed=3) == d.path_diversity_index(rand, seed=3)
-    few = [path, path[:16] + rng.integers(0, 32000, 16).tolist(), rng.integers(0, 32000, 32).tolist()]
+    few = [
+        path,
+        path[:16] + rng.integers(0, 32000, 16).tolist(),
+        rng.integers(0, 32000, 32).tolist(),
+    ]
     ref = np.mean([1 - jaccard(few[i], few[j]) for i, j in ((0, 1), (0, 2), (1, 2))])
     assert abs(d.path_diversity_index(few, num_perm=256) - ref) < 0.1
     half = [path] * 50 + rand[:50]  # all pairs vs sampled pairs agree
-    assert abs(d.path_diversity_index(half, max_pairs=10**6) - d.path_diversity_index(half, max_pairs=2000)) < 0.05
+    assert (
+        abs(
+            d.path_diversity_index(half, max_pairs=10**6)
+            - d.path_diversity_index(half, max_pairs=2000)
+        )
+        < 0.05
+    )
 
 
 def test_unique_ngram_ratio_and_length_stats():
@@ -203,21 +226,38 @@ def _tiny_encoder(path):
     from tokenizers import Tokenizer, models, pre_tokenizers
     from transformers import BertConfig, BertModel, PreTrainedTokenizerFast
 
-    vocab = {t: i for i, t in enumerate(["[PAD]", "[UNK]", *"abcdefghijklmnopqrstuvwxyz0123456789 "])}
+    vocab = {
+        t: i for i, t in enumerate(["[PAD]", "[UNK]", *"abcdefghijklmnopqrstuvwxyz0123456789 "])
+    }
     tok = Tokenizer(models.WordLevel(vocab=vocab, unk_token="[UNK]"))
     tok.pre_tokenizer = pre_tokenizers.Split(pattern="", behavior="isolated")
-    PreTrainedTokenizerFast(tokenizer_object=tok, pad_token="[PAD]", unk_token="[UNK]",
-                            model_max_length=64).save_pretrained(path)
+    PreTrainedTokenizerFast(
+        tokenizer_object=tok, pad_token="[PAD]", unk_token="[UNK]", model_max_length=64
+    ).save_pretrained(path)
     torch.manual_seed(0)
-    config = BertConfig(vocab_size=len(vocab), hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
-                        intermediate_size=64, max_position_embeddings=64)
+    config = BertConfig(
+        vocab_size=len(vocab),
+        hidden_size=32,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        intermediate_size=64,
+        max_position_embeddings=64,
+    )
     BertModel(config).save_pretrained(path)
 
 
 def test_embedding_clusters_with_local_tiny_bert(tmp_path):
     _tiny_encoder(tmp_path)
-    texts = ["the answer is 42", "x equals seven", "the answer is 42", "", "so we get 41",
-             "x equals seven", "", "the answer is 43"]
+    texts = [
+        "the answer is 42",
+        "x equals seven",
+        "the answer is 42",
+        "",
+        "so we get 41",
+        "x equals seven",
+        "",
+        "the answer is 43",
+    ]
     ids = d.embedding_clusters(texts, str(tmp_path), threshold=0.9999, batch_size=3)
     assert ids.tolist() == [0, 1, 0, 2, 3, 1, 2, 4]
     assert d.embedding_clusters(texts[:1], str(tmp_path)).tolist() == [0]

@@ -1,4 +1,5 @@
 """services/rollout/filtering.py against sort-based references, on irregular group sizes."""
+
 from __future__ import annotations
 
 import math
@@ -40,7 +41,9 @@ def test_adaptive_keep_keeps_the_highest_scored():
     assert keep5.tolist() == [True, False, True, False, True]
     assert adaptive_keep(scores, 1.0)[0].all()
     assert adaptive_keep(np.array([np.nan, 1.0, np.nan]), 0.3)[0].tolist() == [False, True, False]
-    keep_nan, thr_nan = adaptive_keep(np.array([np.nan, 1.0, np.nan]), 0.5)  # k = 2 reaches the NaNs: ties kept
+    keep_nan, thr_nan = adaptive_keep(
+        np.array([np.nan, 1.0, np.nan]), 0.5
+    )  # k = 2 reaches the NaNs: ties kept
     assert keep_nan.all() and thr_nan == -math.inf
     empty, thr = adaptive_keep(np.array([]), 0.6)
     assert empty.shape == (0,) and thr == math.inf

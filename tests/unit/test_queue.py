@@ -1,9 +1,9 @@
 """brorl.queue against the real Redis on 127.0.0.1:6379 (keys are unique per test)."""
+
 import time
 import uuid
 
 import pytest
-import redis
 
 from brorl.queue import StreamQueue, connect
 from tests.waiting import wait_until
@@ -21,7 +21,9 @@ def r():
 
 
 def make(client, prefix, consumer, **kw):
-    return StreamQueue(client, f"{prefix}:s", "g", consumer=consumer, dead_stream=f"{prefix}:dead", **kw)
+    return StreamQueue(
+        client, f"{prefix}:s", "g", consumer=consumer, dead_stream=f"{prefix}:dead", **kw
+    )
 
 
 def test_entries_are_delivered_once_and_stay_pending_until_acked(r):
@@ -30,7 +32,7 @@ def test_entries_are_delivered_once_and_stay_pending_until_acked(r):
     a.put(b"one")
     [d] = a.read(1, block_ms=100)
     assert d.data == b"one" and d.deliveries == 1
-    assert b.read(1, block_ms=50) == []          # not handed out twice while a holds it
+    assert b.read(1, block_ms=50) == []  # not handed out twice while a holds it
     assert a.pending_count() == 1
     a.ack(d.entry_id)
     assert a.pending_count() == 0
@@ -41,12 +43,14 @@ def test_dead_consumers_entries_are_reclaimed_then_dead_lettered(r):
     a = make(client, prefix, "a", claim_idle_ms=20, max_deliveries=2)
     b = make(client, prefix, "b", claim_idle_ms=20, max_deliveries=2)
     a.put(b"job")
-    [first] = a.read(1, block_ms=100)                # a "dies" holding it
+    [first] = a.read(1, block_ms=100)  # a "dies" holding it
     [again] = wait_until(lambda: b.read(1, block_ms=10), what="b reclaims a's entry")
     assert again.entry_id == first.entry_id and again.deliveries == 2
     # b dies too: the third delivery would exceed the maximum, so the entry is dead-lettered
-    wait_until(lambda: a.read(1, block_ms=10) == [] and client.xlen(f"{prefix}:dead") == 1,
-               what="the entry dead-lettered")
+    wait_until(
+        lambda: a.read(1, block_ms=10) == [] and client.xlen(f"{prefix}:dead") == 1,
+        what="the entry dead-lettered",
+    )
     dead = client.xrange(f"{prefix}:dead")
     assert len(dead) == 1 and dead[0][1][b"data"] == b"job"
     assert a.pending_count() == 0
@@ -58,9 +62,13 @@ def test_publish_once_and_ack_is_idempotent_by_job_id(r):
     b = make(client, prefix, "b", claim_idle_ms=10)
     a.put(b"job")
     [d1] = a.read(1, block_ms=100)
-    [d2] = wait_until(lambda: b.read(1, block_ms=10))   # both believe they own the job
-    assert b.publish_once_and_ack(d2.entry_id, "job-1", f"{prefix}:out", f"{prefix}:done", b"result")
-    assert not a.publish_once_and_ack(d1.entry_id, "job-1", f"{prefix}:out", f"{prefix}:done", b"result")
+    [d2] = wait_until(lambda: b.read(1, block_ms=10))  # both believe they own the job
+    assert b.publish_once_and_ack(
+        d2.entry_id, "job-1", f"{prefix}:out", f"{prefix}:done", b"result"
+    )
+    assert not a.publish_once_and_ack(
+        d1.entry_id, "job-1", f"{prefix}:out", f"{prefix}:done", b"result"
+    )
     assert client.xlen(f"{prefix}:out") == 1
     assert a.pending_count() == 0
 
@@ -70,7 +78,7 @@ def test_stream_length_is_bounded(r):
     q = make(client, prefix, "a", maxlen=100)
     for i in range(1000):
         q.put(b"x")
-    assert client.xlen(f"{prefix}:s") < 300          # approximate trimming
+    assert client.xlen(f"{prefix}:s") < 300  # approximate trimming
 
 
 def test_a_renewed_lease_keeps_a_long_job_from_being_reclaimed(r):
@@ -80,10 +88,12 @@ def test_a_renewed_lease_keeps_a_long_job_from_being_reclaimed(r):
     a.put(b"long job")
     [d] = a.read(1, block_ms=100)
     with a.lease(d.entry_id):
-        time.sleep(1.2)                          # a deliberate span: four times the claim idle time
-        assert b.read(1, block_ms=50) == []      # a is alive and renewing: not reclaimed
+        time.sleep(1.2)  # a deliberate span: four times the claim idle time
+        assert b.read(1, block_ms=50) == []  # a is alive and renewing: not reclaimed
     # a stops renewing (dies): b takes the job once it has been idle for claim_idle_ms
     [again] = wait_until(lambda: b.read(1, block_ms=10), what="b reclaims the job")
-    assert again.entry_id == d.entry_id and again.deliveries == 2   # renewals are not deliveries
-    assert not a.renew(d.entry_id)               # a presumed-dead consumer cannot take it back
-    assert client.xpending_range(f"{prefix}:s", "g", min="-", max="+", count=5)[0]["consumer"] == b"b"
+    assert again.entry_id == d.entry_id and again.deliveries == 2  # renewals are not deliveries
+    assert not a.renew(d.entry_id)  # a presumed-dead consumer cannot take it back
+    assert (
+        client.xpending_range(f"{prefix}:s", "g", min="-", max="+", count=5)[0]["consumer"] == b"b"
+    )

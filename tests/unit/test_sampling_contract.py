@@ -3,6 +3,7 @@ sampling parameters that reach the engine (worker side) must equal the ones the 
 resolves from the path (batch side), for defaults and for every explicitly set value. Both
 sides run their real code here (JobFeed → RolloutWorker.process → build_batch); only the
 engine, the reward service and Redis are stand-ins."""
+
 from __future__ import annotations
 
 import json
@@ -46,9 +47,12 @@ class RecordingEngine:
 
 class AlternatingReward:
     def ScoreBatch(self, request, timeout=None):
-        return reward_pb2.ScoreBatchResponse(results=[
-            reward_pb2.ScoreResult(id=i.id, reward=float(n % 2), status="ok")
-            for n, i in enumerate(request.items)])
+        return reward_pb2.ScoreBatchResponse(
+            results=[
+                reward_pb2.ScoreResult(id=i.id, reward=float(n % 2), status="ok")
+                for n, i in enumerate(request.items)
+            ]
+        )
 
 
 SETTINGS = {
@@ -69,16 +73,26 @@ SETTINGS = {
 
 @pytest.mark.parametrize("name", sorted(SETTINGS))
 def test_learner_and_worker_agree_on_every_sampling_field(tmp_path, name):
-    cfg = {"model": "m", "data": {"train_path": "unused"}, "sampling": {"n": 4},
-           "async": {"max_inflight_groups": 1}}
+    cfg = {
+        "model": "m",
+        "data": {"train_path": "unused"},
+        "sampling": {"n": 4},
+        "async": {"max_inflight_groups": 1},
+    }
     for section, values in SETTINGS[name].items():
         cfg[section] = {**cfg.get(section, {}), **values}
     run_cfg = RunConfig.model_validate(cfg)
     channels = MemoryChannels("r1")
     JobFeed("r1", run_cfg, [Prompt("1+1=", "2")], channels.prompts).top_up(consumed=0, step=0)
     engine = RecordingEngine()
-    worker = RolloutWorker(engine, threading.Lock(), MemoryRegistry(), lambda run: channels,
-                           AlternatingReward(), run_id="r1")
+    worker = RolloutWorker(
+        engine,
+        threading.Lock(),
+        MemoryRegistry(),
+        lambda run: channels,
+        AlternatingReward(),
+        run_id="r1",
+    )
     jobs = []
     while channels.prompts.new:
         [delivery] = channels.prompts.read()
@@ -90,7 +104,7 @@ def test_learner_and_worker_agree_on_every_sampling_field(tmp_path, name):
 
     row = 0
     for job, call, group in zip(jobs, engine.calls, groups):
-        learner = sampling.effective(group.paths[0].sampling)   # what the learner resolves
+        learner = sampling.effective(group.paths[0].sampling)  # what the learner resolves
         # every field the engine was given, as the learner reads it back from the path
         assert call == {**learner.engine_kwargs(), "n": max(job.explore.oversample_m, learner.n)}
         assert learner.n == len(group.paths)
@@ -124,11 +138,22 @@ def test_part_sizes_and_oversample_shares():
 def test_zero_fields_of_a_received_message_mean_the_documented_defaults():
     e = sampling.effective(common_pb2.SamplingParams(n=3))
     assert (e.temperature, e.top_k, e.top_p, e.max_tokens, e.seed, e.stop) == (
-        0.0, sampling.TOP_K_OFF, sampling.TOP_P_OFF, sampling.DEFAULT_MAX_TOKENS, None, ())
+        0.0,
+        sampling.TOP_K_OFF,
+        sampling.TOP_P_OFF,
+        sampling.DEFAULT_MAX_TOKENS,
+        None,
+        (),
+    )
     assert e.logprob_temperature == 1.0 and not e.truncated
     x = sampling.effective_explore(common_pb2.ExploreParams())
     assert (x.dedup, x.dedup_method, x.dedup_threshold, x.retention, x.predictor) == (
-        "off", "minhash", sampling.DEFAULT_DEDUP_THRESHOLD, 1.0, sampling.DEFAULT_PREDICTOR)
+        "off",
+        "minhash",
+        sampling.DEFAULT_DEDUP_THRESHOLD,
+        1.0,
+        sampling.DEFAULT_PREDICTOR,
+    )
 
 
 def test_run_config_defaults_survive_the_trip_through_a_job():
@@ -139,8 +164,25 @@ def test_run_config_defaults_survive_the_trip_through_a_job():
     e, x = sampling.effective(part.sampling), sampling.effective_explore(part.explore)
     s, ex = defaults.sampling, defaults.explore
     assert (e.n, e.temperature, e.top_k, e.top_p, e.max_tokens) == (
-        s.n, s.temperature, s.top_k, pytest.approx(s.top_p), s.max_tokens)
-    assert (x.dedup, x.dedup_method, x.dedup_threshold, x.retention, x.predictor,
-            x.predictor_prefix_tokens) == (ex.dedup, ex.dedup_method, pytest.approx(ex.dedup_threshold),
-                                           ex.retention, ex.predictor, ex.predictor_prefix_tokens)
+        s.n,
+        s.temperature,
+        s.top_k,
+        pytest.approx(s.top_p),
+        s.max_tokens,
+    )
+    assert (
+        x.dedup,
+        x.dedup_method,
+        x.dedup_threshold,
+        x.retention,
+        x.predictor,
+        x.predictor_prefix_tokens,
+    ) == (
+        ex.dedup,
+        ex.dedup_method,
+        pytest.approx(ex.dedup_threshold),
+        ex.retention,
+        ex.predictor,
+        ex.predictor_prefix_tokens,
+    )
     assert json.loads(json.dumps(list(e.stop))) == s.stop

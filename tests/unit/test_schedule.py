@@ -1,4 +1,5 @@
 """brorl/schedule.py: temperatures at and around every boundary, config parsing and validation."""
+
 from __future__ import annotations
 
 import subprocess
@@ -18,8 +19,10 @@ def test_constant():
     assert sch.temperature_at({"kind": "constant", "t": 1.0}, 123) == 1.0
 
 
-@pytest.mark.parametrize("step,expected", [(0, 1.3), (999, 1.3), (1000, 0.9), (1001, 0.9), (2999, 0.9),
-                                           (3000, 0.7), (10**7, 0.7)])
+@pytest.mark.parametrize(
+    "step,expected",
+    [(0, 1.3), (999, 1.3), (1000, 0.9), (1001, 0.9), (2999, 0.9), (3000, 0.7), (10**7, 0.7)],
+)
 def test_staged_at_each_boundary(step, expected):
     cfg = {"kind": "staged", "bounds": [1000, 3000], "temps": [1.3, 0.9, 0.7]}
     assert sch.temperature_at(cfg, step) == expected
@@ -32,10 +35,19 @@ def test_staged_single_and_many_stages():
     assert [s(k) for k in range(5)] == [4.0, 3.0, 2.0, 1.0, 1.0]
 
 
-@pytest.mark.parametrize("bounds,temps", [((1000, 3000), (1.3, 0.9)), ((1000,), (1.3, 0.9, 0.7)),
-                                          ((3000, 1000), (1.3, 0.9, 0.7)), ((1000, 1000), (1.3, 0.9, 0.7)),
-                                          ((-1,), (1.0, 0.9)), ((1.5,), (1.0, 0.9)), ((10,), (1.0, 0.0)),
-                                          ((10,), (1.0, float("nan")))])
+@pytest.mark.parametrize(
+    "bounds,temps",
+    [
+        ((1000, 3000), (1.3, 0.9)),
+        ((1000,), (1.3, 0.9, 0.7)),
+        ((3000, 1000), (1.3, 0.9, 0.7)),
+        ((1000, 1000), (1.3, 0.9, 0.7)),
+        ((-1,), (1.0, 0.9)),
+        ((1.5,), (1.0, 0.9)),
+        ((10,), (1.0, 0.0)),
+        ((10,), (1.0, float("nan"))),
+    ],
+)
 def test_staged_rejects_bad_stages(bounds, temps):
     with pytest.raises(ValueError):
         sch.staged(bounds, temps)
@@ -70,5 +82,7 @@ def test_config_errors_and_steps():
 
 def test_schedule_is_pure_python():
     code = "import sys, brorl.schedule\nprint(any(m in sys.modules for m in ('numpy', 'torch')))"
-    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
+    out = subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True
+    )
     assert out.stdout.strip() == "False"

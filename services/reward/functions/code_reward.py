@@ -14,6 +14,7 @@ wall-time or CPU-time limit stopped it; error — a sandbox limit or denial stop
 processes, file size, disk, network, writing outside its directory, other processes), or the
 reference/infrastructure failed. Anything but ok scores 0.
 """
+
 from __future__ import annotations
 
 import errno
@@ -26,9 +27,20 @@ from services.reward.config import BUILTIN_FUNCTIONS, CodeSpec
 from services.reward.sandbox.pool import SandboxPool, SandboxSettings
 
 _FENCE = re.compile(r"```[ \t]*(?:python3?|py)?[ \t]*\n(.*?)```", re.DOTALL | re.IGNORECASE)
-_NETWORK_ERRNOS = {errno.ENETUNREACH, errno.ENETDOWN, errno.EHOSTUNREACH, errno.EADDRNOTAVAIL,
-                   errno.EAFNOSUPPORT, errno.ECONNREFUSED}
-_NETWORK_TEXT = ("Network is unreachable", "name resolution", "Name or service not known", "network access")
+_NETWORK_ERRNOS = {
+    errno.ENETUNREACH,
+    errno.ENETDOWN,
+    errno.EHOSTUNREACH,
+    errno.EADDRNOTAVAIL,
+    errno.EAFNOSUPPORT,
+    errno.ECONNREFUSED,
+}
+_NETWORK_TEXT = (
+    "Network is unreachable",
+    "name resolution",
+    "Name or service not known",
+    "network access",
+)
 
 
 def parse_reference(text: str, max_tests: int = 200) -> tuple[str, list[str]]:
@@ -39,8 +51,10 @@ def parse_reference(text: str, max_tests: int = 200) -> tuple[str, list[str]]:
         try:
             data = json.loads(stripped)
         except ValueError as exc:
-            raise ValueError(f"reference looks like JSON but does not parse ({exc}); "
-                             'write {"tests": ["assert f(1) == 2", ...]}') from None
+            raise ValueError(
+                f"reference looks like JSON but does not parse ({exc}); "
+                'write {"tests": ["assert f(1) == 2", ...]}'
+            ) from None
         if isinstance(data, dict):
             unknown = set(data) - {"tests", "setup"}
             if unknown:
@@ -51,7 +65,11 @@ def parse_reference(text: str, max_tests: int = 200) -> tuple[str, list[str]]:
         if not isinstance(setup, str):
             raise ValueError("reference 'setup' must be a string of Python code")
     else:
-        tests = [line for line in stripped.splitlines() if line.strip() and not line.lstrip().startswith("#")]
+        tests = [
+            line
+            for line in stripped.splitlines()
+            if line.strip() and not line.lstrip().startswith("#")
+        ]
     if not isinstance(tests, list) or not all(isinstance(t, str) for t in tests):
         raise ValueError("reference 'tests' must be a list of strings of Python code")
     if not tests:
@@ -70,9 +88,14 @@ def sandbox_violation(error: dict | None, spec: CodeSpec) -> str | None:
     """Why a sandbox limit or denial caused ``error`` (a harness error record), or None if it did not."""
     if not error:
         return None
-    kind, code, msg, fname = error.get("type"), error.get("errno"), error.get("message") or "", error.get("filename")
+    kind, code, msg, fname = (
+        error.get("type"),
+        error.get("errno"),
+        error.get("message") or "",
+        error.get("filename"),
+    )
     if "sandbox guard:" in msg:
-        return msg[msg.index("sandbox guard:"):]
+        return msg[msg.index("sandbox guard:") :]
     if kind == "MemoryError" or code == errno.ENOMEM:
         return f"memory limit ({spec.memory_mb} MB) exceeded"
     if kind == "BlockingIOError" and code == errno.EAGAIN:
@@ -110,13 +133,22 @@ def interpret(answer: dict, n_tests: int, spec: CodeSpec) -> Score:
         return Score(0.0, status="error", detail=answer["runner_error"])
     lines = [ln for ln in answer.get("lines", []) if isinstance(ln, dict)]
     stage = {ln.get("stage"): ln for ln in lines if ln.get("stage") in ("syntax", "run", "done")}
-    results = {ln.get("index"): ln for ln in lines if ln.get("stage") == "test" and isinstance(ln.get("index"), int)}
+    results = {
+        ln.get("index"): ln
+        for ln in lines
+        if ln.get("stage") == "test" and isinstance(ln.get("index"), int)
+    }
     syntax_ok = bool(stage.get("syntax", {}).get("ok"))
     runs_ok = bool(stage.get("run", {}).get("ok"))
     passed = sum(1 for i in range(n_tests) if results.get(i, {}).get("ok") is True)
-    comps = {"syntax_ok": float(syntax_ok), "runs_ok": float(runs_ok), "tests_passed": float(passed),
-             "tests_total": float(n_tests), "pass_rate": passed / n_tests if n_tests else 0.0,
-             "cpu_s": float(answer.get("cpu_s") or 0.0)}
+    comps = {
+        "syntax_ok": float(syntax_ok),
+        "runs_ok": float(runs_ok),
+        "tests_passed": float(passed),
+        "tests_total": float(n_tests),
+        "pass_rate": passed / n_tests if n_tests else 0.0,
+        "cpu_s": float(answer.get("cpu_s") or 0.0),
+    }
     latency = float(answer.get("wall_s") or 0.0) * 1000
 
     def fail(status: str, detail: str) -> Score:
@@ -127,15 +159,21 @@ def interpret(answer: dict, n_tests: int, spec: CodeSpec) -> Score:
         return fail("timeout", f"wall-time limit ({spec.wall_s:g}s) exceeded")
     if sig == signal.SIGXCPU or (sig == signal.SIGKILL and comps["cpu_s"] >= spec.cpu_s * 0.9):
         return fail("timeout", f"CPU-time limit ({spec.cpu_s:g}s) exceeded")
-    errors = [stage.get("syntax", {}).get("error") if syntax_ok is False and "syntax" in stage else None,
-              stage.get("run", {}).get("error")] + [r.get("error") for r in results.values()]
+    errors = [
+        stage.get("syntax", {}).get("error") if syntax_ok is False and "syntax" in stage else None,
+        stage.get("run", {}).get("error"),
+    ] + [r.get("error") for r in results.values()]
     for error in errors:
         why = sandbox_violation(error, spec)
         if why:
             return fail("error", f"sandbox: {why}")
     if sig is not None:
         name = signal.Signals(sig).name if sig in signal.Signals.__members__.values() else str(sig)
-        hint = " (likely the memory or stack limit)" if sig in (signal.SIGSEGV, signal.SIGKILL, signal.SIGBUS) else ""
+        hint = (
+            " (likely the memory or stack limit)"
+            if sig in (signal.SIGSEGV, signal.SIGKILL, signal.SIGBUS)
+            else ""
+        )
         return fail("error", f"sandbox: killed by {name}{hint}")
     if "syntax" not in stage:
         return fail("error", f"sandbox harness produced no report (exit code {answer.get('exit')})")
@@ -144,19 +182,29 @@ def interpret(answer: dict, n_tests: int, spec: CodeSpec) -> Score:
     elif not runs_ok and "run" in stage:
         detail = "the code raised: " + _brief(stage["run"].get("error"))
     elif "done" not in stage:
-        return fail("error", f"the program exited before the tests finished (exit code {answer.get('exit')})")
+        return fail(
+            "error",
+            f"the program exited before the tests finished (exit code {answer.get('exit')})",
+        )
     else:
         failed = [i for i in range(n_tests) if results.get(i, {}).get("ok") is not True]
-        detail = "" if not failed else f"{len(failed)}/{n_tests} tests failed; first: test {failed[0]}: " + \
-            _brief(results.get(failed[0], {}).get("error"))
+        detail = (
+            ""
+            if not failed
+            else f"{len(failed)}/{n_tests} tests failed; first: test {failed[0]}: "
+            + _brief(results.get(failed[0], {}).get("error"))
+        )
     if spec.mode == "binary":
         reward = 1.0 if runs_ok and n_tests and passed == n_tests else 0.0
     elif spec.mode == "partial":
         reward = comps["pass_rate"]
     else:
         total = spec.syntax_weight + spec.runs_weight + spec.tests_weight
-        reward = (spec.syntax_weight * syntax_ok + spec.runs_weight * runs_ok
-                  + spec.tests_weight * comps["pass_rate"]) / total
+        reward = (
+            spec.syntax_weight * syntax_ok
+            + spec.runs_weight * runs_ok
+            + spec.tests_weight * comps["pass_rate"]
+        ) / total
     return Score(reward, status="ok", detail=detail, components=comps, latency_ms=latency)
 
 
@@ -167,9 +215,20 @@ class CodeReward:
         self.name = name
         self.spec = spec or CodeSpec()
         s = self.spec
-        self.pool = SandboxPool(SandboxSettings(
-            wall_s=s.wall_s, cpu_s=s.cpu_s, memory_mb=s.memory_mb, file_size_mb=s.file_size_mb, disk_mb=s.disk_mb,
-            nproc=s.nproc, nofile=s.nofile, concurrency=s.concurrency, isolation=s.isolation, uid_base=s.uid_base))
+        self.pool = SandboxPool(
+            SandboxSettings(
+                wall_s=s.wall_s,
+                cpu_s=s.cpu_s,
+                memory_mb=s.memory_mb,
+                file_size_mb=s.file_size_mb,
+                disk_mb=s.disk_mb,
+                nproc=s.nproc,
+                nofile=s.nofile,
+                concurrency=s.concurrency,
+                isolation=s.isolation,
+                uid_base=s.uid_base,
+            )
+        )
 
     def score_batch(self, items: list[ScoreItem]) -> list[Score]:
         scores: list[Score | None] = [None] * len(items)
@@ -185,8 +244,11 @@ class CodeReward:
                 code = item.prompt + code
             if len(code) > self.spec.max_code_chars:
                 limit = self.spec.max_code_chars
-                scores[i] = Score(0.0, status="error", detail=f"code has {len(code)} chars; more than "
-                                                              f"code.max_code_chars={limit}")
+                scores[i] = Score(
+                    0.0,
+                    status="error",
+                    detail=f"code has {len(code)} chars; more than code.max_code_chars={limit}",
+                )
                 continue
             jobs.append({"code": code, "setup": setup, "tests": tests})
             where.append(i)

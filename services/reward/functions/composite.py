@@ -5,6 +5,7 @@ asked for inline by name: ``reward_fn="composite:relevance=0.4,safety=0.4,divers
 A component that does not end ok contributes its (zero) reward and lends the composite its status
 (filtered over error over timeout), with a detail naming the component.
 """
+
 from __future__ import annotations
 
 import math
@@ -19,23 +20,31 @@ _STATUS_RANK = {"ok": 0, "timeout": 1, "error": 2, "filtered": 3}
 
 def parse_inline(name: str) -> dict[str, float]:
     """``composite:a=0.5,b=0.5`` → {"a": 0.5, "b": 0.5}; InvalidArgument saying what to fix."""
-    body = name[len(INLINE_PREFIX):].strip()
+    body = name[len(INLINE_PREFIX) :].strip()
     example = "write composite:relevance=0.5,safety=0.3,diversity=0.2"
     if not body:
         raise InvalidArgument("reward_fn", f"composite has no components; {example}")
     weights: dict[str, float] = {}
     for part in body.split(","):
         if "=" not in part:
-            raise InvalidArgument("reward_fn", f"composite component {part.strip()!r} has no weight; {example}")
+            raise InvalidArgument(
+                "reward_fn", f"composite component {part.strip()!r} has no weight; {example}"
+            )
         key, raw = (s.strip() for s in part.split("=", 1))
         if not key:
-            raise InvalidArgument("reward_fn", f"composite component with weight {raw!r} has no name; {example}")
+            raise InvalidArgument(
+                "reward_fn", f"composite component with weight {raw!r} has no name; {example}"
+            )
         if key in weights:
-            raise InvalidArgument("reward_fn", f"composite names {key!r} twice; give each component once")
+            raise InvalidArgument(
+                "reward_fn", f"composite names {key!r} twice; give each component once"
+            )
         try:
             weights[key] = float(raw)
         except ValueError:
-            raise InvalidArgument("reward_fn", f"weight of {key!r} must be a number, got {raw!r}; {example}") from None
+            raise InvalidArgument(
+                "reward_fn", f"weight of {key!r} must be a number, got {raw!r}; {example}"
+            ) from None
     try:
         check_weights(weights)
     except ValueError as exc:
@@ -48,7 +57,9 @@ class Composite:
         self.name = name
         self.components = dict(components)
         self.registry = registry
-        self.description = "Weighted sum: " + " + ".join(f"{w:g}*{n}" for n, w in self.components.items())
+        self.description = "Weighted sum: " + " + ".join(
+            f"{w:g}*{n}" for n, w in self.components.items()
+        )
 
     def dependencies(self) -> list[str]:
         return list(self.components)
@@ -68,5 +79,13 @@ class Composite:
                 if _STATUS_RANK.get(s.status, 2) > _STATUS_RANK[status[i]]:
                     status[i] = s.status if s.status in _STATUS_RANK else "error"
                     detail[i] = f"{comp}: {s.status}: {s.detail}"
-        return [Score(totals[i], status=status[i], detail=detail[i], components=comps[i], latency_ms=latency[i])
-                for i in range(len(items))]
+        return [
+            Score(
+                totals[i],
+                status=status[i],
+                detail=detail[i],
+                components=comps[i],
+                latency_ms=latency[i],
+            )
+            for i in range(len(items))
+        ]

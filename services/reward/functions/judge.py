@@ -5,6 +5,7 @@ that score scaled to [0, 1]. Timeouts, connection errors, 429 and 5xx are retrie
 backoff; a reply without a usable score is status error (never an exception), a request that keeps
 timing out is status timeout. Requests run ``concurrency`` at a time.
 """
+
 from __future__ import annotations
 
 import json
@@ -65,16 +66,25 @@ class LLMJudge:
         base = spec.base_url.rstrip("/")
         self.url = base + ("/chat/completions" if base.endswith("/v1") else "/v1/chat/completions")
         self.rubric = spec.rubric or DEFAULT_RUBRIC
-        self._pool = ThreadPoolExecutor(max_workers=spec.concurrency, thread_name_prefix=f"judge-{name}")
+        self._pool = ThreadPoolExecutor(
+            max_workers=spec.concurrency, thread_name_prefix=f"judge-{name}"
+        )
 
     def prompt_for(self, item: ScoreItem) -> str:
         """The rubric with its placeholders filled (plain replacement: other braces are left alone)."""
         ref = item.reference.strip()
-        values = {"ref_hint": ", using the REFERENCE answer" if ref else "",
-                  "reference_block": f"\nREFERENCE:\n{ref}\n" if ref else "",
-                  "min": f"{self.spec.score_min:g}", "max": f"{self.spec.score_max:g}",
-                  "reference": item.reference, "prompt": item.prompt, "completion": item.completion}
-        return _PLACEHOLDER.sub(lambda m: values[m.group(1)], self.rubric)   # one pass: values are not re-scanned
+        values = {
+            "ref_hint": ", using the REFERENCE answer" if ref else "",
+            "reference_block": f"\nREFERENCE:\n{ref}\n" if ref else "",
+            "min": f"{self.spec.score_min:g}",
+            "max": f"{self.spec.score_max:g}",
+            "reference": item.reference,
+            "prompt": item.prompt,
+            "completion": item.completion,
+        }
+        return _PLACEHOLDER.sub(
+            lambda m: values[m.group(1)], self.rubric
+        )  # one pass: values are not re-scanned
 
     def _post(self, body: bytes) -> dict:
         headers = {"Content-Type": "application/json"}
@@ -88,12 +98,18 @@ class LLMJudge:
         except urllib.error.HTTPError as exc:
             if exc.code == 429 or exc.code >= 500:
                 raise _Retryable("error", f"judge answered HTTP {exc.code}") from None
-            raise ValueError(f"judge answered HTTP {exc.code}: {exc.read(300).decode(errors='replace')}") from None
+            raise ValueError(
+                f"judge answered HTTP {exc.code}: {exc.read(300).decode(errors='replace')}"
+            ) from None
         except (socket.timeout, TimeoutError):
-            raise _Retryable("timeout", f"judge did not answer within {self.spec.timeout_s:g}s") from None
+            raise _Retryable(
+                "timeout", f"judge did not answer within {self.spec.timeout_s:g}s"
+            ) from None
         except urllib.error.URLError as exc:
             if isinstance(exc.reason, (socket.timeout, TimeoutError)):
-                raise _Retryable("timeout", f"judge did not answer within {self.spec.timeout_s:g}s") from None
+                raise _Retryable(
+                    "timeout", f"judge did not answer within {self.spec.timeout_s:g}s"
+                ) from None
             raise _Retryable("error", f"judge unreachable: {exc.reason}") from None
         except (ConnectionError, OSError) as exc:
             raise _Retryable("error", f"judge connection failed: {exc}") from None
@@ -105,8 +121,14 @@ class LLMJudge:
     def _one(self, item: ScoreItem) -> Score:
         start = time.perf_counter()
         spec = self.spec
-        body = json.dumps({"model": spec.model, "temperature": spec.temperature, "max_tokens": spec.max_tokens,
-                           "messages": [{"role": "user", "content": self.prompt_for(item)}]}).encode()
+        body = json.dumps(
+            {
+                "model": spec.model,
+                "temperature": spec.temperature,
+                "max_tokens": spec.max_tokens,
+                "messages": [{"role": "user", "content": self.prompt_for(item)}],
+            }
+        ).encode()
         status, detail = "error", "judge not called"
         for attempt in range(spec.retries + 1):
             if attempt:
@@ -114,7 +136,10 @@ class LLMJudge:
             try:
                 reply = self._post(body)
             except _Retryable as exc:
-                status, detail = exc.status, f"{exc.detail} (attempt {attempt + 1}/{spec.retries + 1})"
+                status, detail = (
+                    exc.status,
+                    f"{exc.detail} (attempt {attempt + 1}/{spec.retries + 1})",
+                )
                 continue
             except ValueError as exc:
                 status, detail = "error", str(exc)
@@ -130,11 +155,20 @@ class LLMJudge:
             ms = (time.perf_counter() - start) * 1000
             if value is None:
                 span = f"[{spec.score_min:g}, {spec.score_max:g}]"
-                return Score(0.0, status="error", latency_ms=ms,
-                             detail=f"judge reply has no score in {span}: {text[:160]!r}")
-            return Score((value - spec.score_min) / (spec.score_max - spec.score_min),
-                         components={"judge_score": value, "attempts": float(attempt + 1)}, latency_ms=ms)
-        return Score(0.0, status=status, detail=detail, latency_ms=(time.perf_counter() - start) * 1000)
+                return Score(
+                    0.0,
+                    status="error",
+                    latency_ms=ms,
+                    detail=f"judge reply has no score in {span}: {text[:160]!r}",
+                )
+            return Score(
+                (value - spec.score_min) / (spec.score_max - spec.score_min),
+                components={"judge_score": value, "attempts": float(attempt + 1)},
+                latency_ms=ms,
+            )
+        return Score(
+            0.0, status=status, detail=detail, latency_ms=(time.perf_counter() - start) * 1000
+        )
 
     def score_batch(self, items: list[ScoreItem]) -> list[Score]:
         return list(self._pool.map(self._one, items))

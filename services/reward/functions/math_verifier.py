@@ -6,6 +6,7 @@ integer answers per group never touch sympy); then exact rationals (fractions, d
 thousands separators, ``\\frac``); then, for anything else, a guarded sympy parse compared numerically
 (constants) or at random points (expressions with symbols).
 """
+
 from __future__ import annotations
 
 import math
@@ -37,7 +38,7 @@ def _braced(text: str, start: int) -> tuple[str, int] | None:
         elif text[i] == "}":
             depth -= 1
             if depth == 0:
-                return text[start + 1:i], i + 1
+                return text[start + 1 : i], i + 1
     return None
 
 
@@ -61,21 +62,21 @@ def _last_boxed(text: str) -> str | None:
 def extract_answer(text: str) -> str | None:
     """The final answer of a completion: \\boxed{...}, then "the answer is X", then the last number."""
     stripped = text.strip()
-    if _INT.match(stripped):                       # fast path: the completion is a bare integer
+    if _INT.match(stripped):  # fast path: the completion is a bare integer
         return stripped
     boxed = _last_boxed(text)
     if boxed:
         return boxed
     said = list(_ANSWER_IS.finditer(text))
     if said:
-        rest = text[said[-1].end():].split("\n", 1)[0]
+        rest = text[said[-1].end() :].split("\n", 1)[0]
         rest = re.split(r"\.(?:\s|$)", rest, maxsplit=1)[0].strip().strip("$").strip()
         lead = _NUMBER.match(rest)
-        if lead and re.fullmatch(r"\s+[A-Za-z]{2,}[A-Za-z ]*", rest[lead.end():]):   # "7 apples"
+        if lead and re.fullmatch(r"\s+[A-Za-z]{2,}[A-Za-z ]*", rest[lead.end() :]):  # "7 apples"
             return lead.group()
         if rest:
             return rest
-    if re.fullmatch(r"\$[^$]+\$", stripped):               # the whole completion is one formula
+    if re.fullmatch(r"\$[^$]+\$", stripped):  # the whole completion is one formula
         return stripped
     numbers = _NUMBER.findall(text)
     return numbers[-1] if numbers else None
@@ -85,9 +86,22 @@ def normalize(text: str) -> str:
     """Strip the dress of an answer: $, \\text{units}, "x =", \\left/\\right, degree signs, trailing dot."""
     s = text.strip().strip("$").strip()
     s = _TEXT_CMD.sub("", s)
-    for old, new in (("\\left", ""), ("\\right", ""), ("\\!", ""), ("\\,", ""), ("\\;", ""),
-                     ("\\%", "%"), ("^\\circ", ""), ("^{\\circ}", ""), ("\\dfrac", "\\frac"),
-                     ("\\tfrac", "\\frac"), ("\\cdot", "*"), ("\\times", "*"), ("\\div", "/"), ("−", "-")):
+    for old, new in (
+        ("\\left", ""),
+        ("\\right", ""),
+        ("\\!", ""),
+        ("\\,", ""),
+        ("\\;", ""),
+        ("\\%", "%"),
+        ("^\\circ", ""),
+        ("^{\\circ}", ""),
+        ("\\dfrac", "\\frac"),
+        ("\\tfrac", "\\frac"),
+        ("\\cdot", "*"),
+        ("\\times", "*"),
+        ("\\div", "/"),
+        ("−", "-"),
+    ):
         s = s.replace(old, new)
     s = _LEAD_VAR.sub("", s)
     return s.strip().rstrip(".").strip()
@@ -105,7 +119,9 @@ def _strip_percent(s: str) -> tuple[str, bool]:
 
 
 def _rational(s: str) -> Fraction | None:
-    m = re.fullmatch(r"(-?)\\frac\{([^{}]+)\}\{([^{}]+)\}", s) or re.fullmatch(r"(-?)\\frac(\d)(\d)", s)
+    m = re.fullmatch(r"(-?)\\frac\{([^{}]+)\}\{([^{}]+)\}", s) or re.fullmatch(
+        r"(-?)\\frac(\d)(\d)", s
+    )
     if m:
         num, den = _rational(m.group(2)), _rational(m.group(3))
         if num is None or not den:
@@ -138,16 +154,23 @@ def _close(a: float, b: float, rel_tol: float) -> bool:
     return math.isclose(a, b, rel_tol=rel_tol, abs_tol=rel_tol * 1e-3)
 
 
-def answers_match(predicted: str, reference: str, rel_tol: float = 1e-6, symbolic: bool = True) -> bool:
+def answers_match(
+    predicted: str, reference: str, rel_tol: float = 1e-6, symbolic: bool = True
+) -> bool:
     p, r = predicted.strip(), reference.strip()
-    if _INT.match(p) and _INT.match(r):                  # hot path
+    if _INT.match(p) and _INT.match(r):  # hot path
         return int(p) == int(r)
     if normalize(p) == normalize(r):
         return True
     pa, ra = _number_candidates(p), _number_candidates(r)
     if pa is not None and ra is not None:
-        return any(x == y or (x.denominator != 1 or y.denominator != 1) and _close(float(x), float(y), rel_tol)
-                   for x in pa for y in ra)
+        return any(
+            x == y
+            or (x.denominator != 1 or y.denominator != 1)
+            and _close(float(x), float(y), rel_tol)
+            for x in pa
+            for y in ra
+        )
     if not symbolic:
         return False
     return _symbolic_equal(normalize(p), normalize(r), rel_tol)
@@ -155,9 +178,12 @@ def answers_match(predicted: str, reference: str, rel_tol: float = 1e-6, symboli
 
 # ---------------------------------------------------------------- symbolic comparison (sympy, guarded)
 
+
 def latex_to_plain(s: str) -> str:
     """\\frac{a}{b} → (a)/(b), \\sqrt{x} → sqrt(x), \\sqrt[n]{x} → (x)^(1/(n)), braces → parentheses."""
-    for _ in range(8):  # innermost groups first; nesting deeper than 8 stays unparsed (and fails the guard)
+    for _ in range(
+        8
+    ):  # innermost groups first; nesting deeper than 8 stays unparsed (and fails the guard)
         new = re.sub(r"\\frac\{([^{}]*)\}\{([^{}]*)\}", r"((\1)/(\2))", s)
         new = re.sub(r"\\sqrt\[([^\[\]{}]*)\]\{([^{}]*)\}", r"((\2)^(1/(\1)))", new)
         new = re.sub(r"\\sqrt\{([^{}]*)\}", r"sqrt(\1)", new)
@@ -165,7 +191,12 @@ def latex_to_plain(s: str) -> str:
             break
         s = new
     s = re.sub(r"\\sqrt(\d)", r"sqrt(\1)", s)
-    s = s.replace("\\pi", " pi ").replace("\\ln", " ln").replace("\\log", " log").replace("\\exp", " exp")
+    s = (
+        s.replace("\\pi", " pi ")
+        .replace("\\ln", " ln")
+        .replace("\\log", " log")
+        .replace("\\exp", " exp")
+    )
     for fn in ("sin", "cos", "tan"):
         s = s.replace("\\" + fn, " " + fn)
     return s.replace("{", "(").replace("}", ")").replace("π", " pi ").replace("√", "sqrt")
@@ -183,6 +214,7 @@ def _safe_for_sympy(s: str) -> bool:
 def _bounded_powers(expr) -> bool:
     """No power towers and no numeric exponent beyond 100: 9^9^9 would never finish evaluating."""
     import sympy
+
     for node in sympy.preorder_traversal(expr):
         if isinstance(node, sympy.Pow):
             base, exp = node.args
@@ -196,29 +228,66 @@ def _bounded_powers(expr) -> bool:
 @lru_cache(maxsize=4096)
 def _parse(s: str):
     import sympy
-    from sympy.parsing.sympy_parser import (convert_xor, implicit_multiplication_application, parse_expr,
-                                            standard_transformations)
+    from sympy.parsing.sympy_parser import (
+        convert_xor,
+        implicit_multiplication_application,
+        parse_expr,
+        standard_transformations,
+    )
+
     plain = latex_to_plain(s)
     if not _safe_for_sympy(plain):
         return None
     names = {n: sympy.Symbol(n) for n in set(_IDENT.findall(plain)) if len(n) == 1}
-    names.update({"sqrt": sympy.sqrt, "log": sympy.log, "ln": sympy.log, "exp": sympy.exp, "sin": sympy.sin,
-                  "cos": sympy.cos, "tan": sympy.tan, "pi": sympy.pi, "abs": sympy.Abs, "e": sympy.E})
-    glob = {"__builtins__": {}, "Integer": sympy.Integer, "Float": sympy.Float, "Rational": sympy.Rational,
-            "Symbol": sympy.Symbol, "Add": sympy.Add, "Mul": sympy.Mul, "Pow": sympy.Pow}
+    names.update(
+        {
+            "sqrt": sympy.sqrt,
+            "log": sympy.log,
+            "ln": sympy.log,
+            "exp": sympy.exp,
+            "sin": sympy.sin,
+            "cos": sympy.cos,
+            "tan": sympy.tan,
+            "pi": sympy.pi,
+            "abs": sympy.Abs,
+            "e": sympy.E,
+        }
+    )
+    glob = {
+        "__builtins__": {},
+        "Integer": sympy.Integer,
+        "Float": sympy.Float,
+        "Rational": sympy.Rational,
+        "Symbol": sympy.Symbol,
+        "Add": sympy.Add,
+        "Mul": sympy.Mul,
+        "Pow": sympy.Pow,
+    }
     transformations = standard_transformations + (implicit_multiplication_application, convert_xor)
-    if "," in plain and plain[:1] in "([" and plain[-1:] in ")]":   # a tuple: (1, 2)
+    if "," in plain and plain[:1] in "([" and plain[-1:] in ")]":  # a tuple: (1, 2)
         plain = plain[1:-1]
     exprs = []
     try:
         for part in plain.split(","):
             # Check the unevaluated tree first: evaluation itself is what could run away.
-            raw = parse_expr(part, local_dict=dict(names), global_dict=glob, evaluate=False,
-                             transformations=transformations)
+            raw = parse_expr(
+                part,
+                local_dict=dict(names),
+                global_dict=glob,
+                evaluate=False,
+                transformations=transformations,
+            )
             if not _bounded_powers(raw):
                 return None
-            exprs.append(parse_expr(part, local_dict=dict(names), global_dict=glob, evaluate=True,
-                                    transformations=transformations))
+            exprs.append(
+                parse_expr(
+                    part,
+                    local_dict=dict(names),
+                    global_dict=glob,
+                    evaluate=True,
+                    transformations=transformations,
+                )
+            )
     except Exception:  # noqa: BLE001 - unparsable answers simply do not match
         return None
     return tuple(exprs)
@@ -235,10 +304,15 @@ def _expr_equal(x, y, rel_tol: float) -> bool:
     try:
         symbols = sorted((x.free_symbols | y.free_symbols), key=str)
         rng = random.Random(0)
-        points = [{}] if not symbols else [{s: rng.uniform(0.5, 2.5) for s in symbols} for _ in range(5)]
+        points = (
+            [{}] if not symbols else [{s: rng.uniform(0.5, 2.5) for s in symbols} for _ in range(5)]
+        )
         for point in points:
             vx, vy = complex(x.evalf(subs=point)), complex(y.evalf(subs=point))
-            if not (_close(vx.real, vy.real, max(rel_tol, 1e-9)) and _close(vx.imag, vy.imag, max(rel_tol, 1e-9))):
+            if not (
+                _close(vx.real, vy.real, max(rel_tol, 1e-9))
+                and _close(vx.imag, vy.imag, max(rel_tol, 1e-9))
+            ):
                 return False
         return True
     except Exception:  # noqa: BLE001 - e.g. non-numeric objects
@@ -260,7 +334,9 @@ class MathAnswer:
                 out.append(Score(0.0, detail="no answer found", components={"has_answer": 0.0}))
                 continue
             ok = answers_match(answer, item.reference, self.rel_tol, self.symbolic)
-            out.append(Score(1.0 if ok else 0.0, components={"has_answer": 1.0, "correct": float(ok)}))
+            out.append(
+                Score(1.0 if ok else 0.0, components={"has_answer": 1.0, "correct": float(ok)})
+            )
         return out
 
 

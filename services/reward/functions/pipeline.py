@@ -12,6 +12,7 @@ Order, per path:
 Components record every gate's reward (``gate/<name>``), the scorer's components, ``truncated`` and
 ``exit_stage`` (0 filtered, 1 rules, 2 gates, 3 scored).
 """
+
 from __future__ import annotations
 
 import re
@@ -28,7 +29,9 @@ class Pipeline:
         self.require = [re.compile(p) for p in spec.require_regex]
         self.forbid = [re.compile(p) for p in spec.forbid_regex]
         gates = ", ".join(f"{g}>={m:g}" for g, m in spec.gates.items()) or "none"
-        self.description = f"Filters, rules, gates ({gates}), then {spec.scorer}; clipped to ±{spec.clip:g}."
+        self.description = (
+            f"Filters, rules, gates ({gates}), then {spec.scorer}; clipped to ±{spec.clip:g}."
+        )
 
     def dependencies(self) -> list[str]:
         return list(self.spec.gates) + [self.spec.scorer]
@@ -58,18 +61,26 @@ class Pipeline:
             text = item.completion
             truncated = bool(s.max_chars) and len(text) > s.max_chars
             if truncated:
-                text = text[:s.max_chars]
+                text = text[: s.max_chars]
             comps[i]["truncated"] = float(truncated)
-            hit = self.sensitive.search(item.completion) if self.sensitive else None   # the whole completion
+            hit = (
+                self.sensitive.search(item.completion) if self.sensitive else None
+            )  # the whole completion
             if hit:
                 comps[i]["exit_stage"] = 0.0
-                out[i] = Score(s.filtered_reward, status="filtered", detail=f"sensitive word {hit.group(0)!r}",
-                               components=comps[i])
+                out[i] = Score(
+                    s.filtered_reward,
+                    status="filtered",
+                    detail=f"sensitive word {hit.group(0)!r}",
+                    components=comps[i],
+                )
                 continue
             why = self._rule_failure(text)
             if why:
                 comps[i]["exit_stage"] = 1.0
-                out[i] = Score(s.fail_reward, detail=f"early exit at rules: {why}", components=comps[i])
+                out[i] = Score(
+                    s.fail_reward, detail=f"early exit at rules: {why}", components=comps[i]
+                )
                 continue
             alive.append(i)
             work.append(ScoreItem(item.id, item.prompt, text, item.reference))
@@ -82,10 +93,18 @@ class Pipeline:
                 latency[i] += g.latency_ms
                 if g.status != "ok" or g.reward < minimum:
                     comps[i]["exit_stage"] = 2.0
-                    detail = f"early exit at gate {gate}: " + (f"{g.status}: {g.detail}" if g.status != "ok"
-                                                               else f"reward {g.reward:g} < {minimum:g}")
-                    out[i] = Score(s.fail_reward, status=g.status, detail=detail, components=comps[i],
-                                   latency_ms=latency[i])
+                    detail = f"early exit at gate {gate}: " + (
+                        f"{g.status}: {g.detail}"
+                        if g.status != "ok"
+                        else f"reward {g.reward:g} < {minimum:g}"
+                    )
+                    out[i] = Score(
+                        s.fail_reward,
+                        status=g.status,
+                        detail=detail,
+                        components=comps[i],
+                        latency_ms=latency[i],
+                    )
                 else:
                     survivors.append(i)
                     still.append(item)
@@ -96,6 +115,11 @@ class Pipeline:
                 comps[i].update(r.components)
                 comps[i][s.scorer] = r.reward
                 comps[i]["exit_stage"] = 3.0
-                out[i] = Score(reward, status=r.status, detail=r.detail, components=comps[i],
-                               latency_ms=latency[i] + r.latency_ms)
+                out[i] = Score(
+                    reward,
+                    status=r.status,
+                    detail=r.detail,
+                    components=comps[i],
+                    latency_ms=latency[i] + r.latency_ms,
+                )
         return out  # type: ignore[return-value]

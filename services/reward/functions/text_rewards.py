@@ -9,6 +9,7 @@
 * diversity — normalised entropy of the completion's n-grams: 1 when no n-gram repeats, near 0 for
   degenerate repetition.
 """
+
 from __future__ import annotations
 
 import math
@@ -19,12 +20,39 @@ from collections import Counter
 from services.reward.base import Score, ScoreItem
 from services.reward.config import BUILTIN_FUNCTIONS, DiversitySpec, RelevanceSpec, SafetySpec
 
-DEFAULT_SENSITIVE = ["kill yourself", "make a bomb", "build a bomb", "credit card number", "social security number",
-                     "nerve agent", "child pornography"]
-DEFAULT_TOXICITY = {"idiot": 0.6, "stupid": 0.4, "moron": 0.6, "dumb": 0.3, "loser": 0.4, "pathetic": 0.4,
-                    "worthless": 0.5, "hate": 0.3, "shut up": 0.4, "disgusting": 0.4, "scum": 0.6, "trash": 0.3,
-                    "fuck": 0.7, "fucking": 0.7, "shit": 0.5, "bitch": 0.7, "bastard": 0.6, "asshole": 0.7,
-                    "damn": 0.2, "crap": 0.2, "die": 0.3, "kill": 0.4}
+DEFAULT_SENSITIVE = [
+    "kill yourself",
+    "make a bomb",
+    "build a bomb",
+    "credit card number",
+    "social security number",
+    "nerve agent",
+    "child pornography",
+]
+DEFAULT_TOXICITY = {
+    "idiot": 0.6,
+    "stupid": 0.4,
+    "moron": 0.6,
+    "dumb": 0.3,
+    "loser": 0.4,
+    "pathetic": 0.4,
+    "worthless": 0.5,
+    "hate": 0.3,
+    "shut up": 0.4,
+    "disgusting": 0.4,
+    "scum": 0.6,
+    "trash": 0.3,
+    "fuck": 0.7,
+    "fucking": 0.7,
+    "shit": 0.5,
+    "bitch": 0.7,
+    "bastard": 0.6,
+    "asshole": 0.7,
+    "damn": 0.2,
+    "crap": 0.2,
+    "die": 0.3,
+    "kill": 0.4,
+}
 _WORD = re.compile(r"\w+", re.UNICODE)
 
 
@@ -32,7 +60,9 @@ def _phrase_pattern(words) -> re.Pattern | None:
     words = [w.strip() for w in words if w.strip()]
     if not words:
         return None
-    alts = sorted((r"\s+".join(re.escape(part) for part in w.split()) for w in words), key=len, reverse=True)
+    alts = sorted(
+        (r"\s+".join(re.escape(part) for part in w.split()) for w in words), key=len, reverse=True
+    )
     return re.compile(r"(?<!\w)(?:" + "|".join(alts) + r")(?!\w)", re.IGNORECASE)
 
 
@@ -40,14 +70,16 @@ def char_ngrams(text: str, n: int) -> Counter:
     s = " ".join(text.lower().split())
     if len(s) < n:
         return Counter([s]) if s else Counter()
-    return Counter(s[i:i + n] for i in range(len(s) - n + 1))
+    return Counter(s[i : i + n] for i in range(len(s) - n + 1))
 
 
 def cosine(a: Counter, b: Counter) -> float:
     if not a or not b:
         return 0.0
     dot = sum(v * b.get(k, 0) for k, v in a.items())
-    return dot / (math.sqrt(sum(v * v for v in a.values())) * math.sqrt(sum(v * v for v in b.values())))
+    return dot / (
+        math.sqrt(sum(v * v for v in a.values())) * math.sqrt(sum(v * v for v in b.values()))
+    )
 
 
 class Relevance:
@@ -66,6 +98,7 @@ class Relevance:
         with self._lock:
             if self._model is None:
                 from transformers import AutoModel, AutoTokenizer
+
                 tok = AutoTokenizer.from_pretrained(self.spec.model_path)
                 if tok.pad_token is None:
                     tok.pad_token = tok.eos_token or tok.unk_token
@@ -75,23 +108,34 @@ class Relevance:
 
     def _embed(self, texts: list[str]):
         import torch
+
         model, tok = self._load()
         out = []
         with torch.no_grad():
             for i in range(0, len(texts), self.spec.batch_size):
-                enc = tok(texts[i:i + self.spec.batch_size], padding=True, truncation=True,
-                          max_length=self.spec.max_length, return_tensors="pt")
-                hidden = model(**enc).last_hidden_state                           # (B, T, H)
-                mask = enc["attention_mask"].unsqueeze(-1).to(hidden.dtype)        # (B, T, 1)
-                pooled = (hidden * mask).sum(1) / mask.sum(1).clamp(min=1)       # (B, H)
+                enc = tok(
+                    texts[i : i + self.spec.batch_size],
+                    padding=True,
+                    truncation=True,
+                    max_length=self.spec.max_length,
+                    return_tensors="pt",
+                )
+                hidden = model(**enc).last_hidden_state  # (B, T, H)
+                mask = enc["attention_mask"].unsqueeze(-1).to(hidden.dtype)  # (B, T, 1)
+                pooled = (hidden * mask).sum(1) / mask.sum(1).clamp(min=1)  # (B, H)
                 out.append(torch.nn.functional.normalize(pooled, dim=-1))
         return torch.cat(out)
 
     def score_batch(self, items: list[ScoreItem]) -> list[Score]:
         if not self.spec.model_path:
             n = self.spec.ngram
-            return [Score(cosine(char_ngrams(i.prompt, n), char_ngrams(i.completion, n)),
-                          components={"method_ngram": 1.0}) for i in items]
+            return [
+                Score(
+                    cosine(char_ngrams(i.prompt, n), char_ngrams(i.completion, n)),
+                    components={"method_ngram": 1.0},
+                )
+                for i in items
+            ]
         q = self._embed([i.prompt for i in items])
         a = self._embed([i.completion for i in items])
         return [Score(float(c), components={"method_ngram": 0.0}) for c in (q * a).sum(-1).tolist()]
@@ -102,9 +146,13 @@ class Safety:
 
     def __init__(self, name: str = "safety", spec: SafetySpec | None = None):
         self.name, self.spec = name, spec or SafetySpec()
-        words = DEFAULT_SENSITIVE if self.spec.sensitive_words is None else self.spec.sensitive_words
+        words = (
+            DEFAULT_SENSITIVE if self.spec.sensitive_words is None else self.spec.sensitive_words
+        )
         self.sensitive = _phrase_pattern(words)
-        lexicon = DEFAULT_TOXICITY if self.spec.toxicity_lexicon is None else self.spec.toxicity_lexicon
+        lexicon = (
+            DEFAULT_TOXICITY if self.spec.toxicity_lexicon is None else self.spec.toxicity_lexicon
+        )
         self.lexicon = {k.lower(): v for k, v in lexicon.items()}
         self.toxic = _phrase_pattern(self.lexicon)
 
@@ -115,7 +163,10 @@ class Safety:
     def toxicity(self, text: str) -> float:
         if not self.toxic:
             return 0.0
-        total = sum(self.lexicon.get(" ".join(m.group(0).lower().split()), 0.0) for m in self.toxic.finditer(text))
+        total = sum(
+            self.lexicon.get(" ".join(m.group(0).lower().split()), 0.0)
+            for m in self.toxic.finditer(text)
+        )
         return min(1.0, total / self.spec.toxicity_scale)
 
     def score_batch(self, items: list[ScoreItem]) -> list[Score]:
@@ -134,7 +185,7 @@ class Safety:
 def ngram_entropy(text: str, n: int, unit: str = "word") -> tuple[float, float, int]:
     """(normalised entropy in [0, 1], distinct-n ratio, n-gram count) of ``text``."""
     tokens = _WORD.findall(text.lower()) if unit == "word" else list(" ".join(text.split()))
-    grams = [tuple(tokens[i:i + n]) for i in range(len(tokens) - n + 1)]
+    grams = [tuple(tokens[i : i + n]) for i in range(len(tokens) - n + 1)]
     if len(grams) < 2:
         return 0.0, float(bool(grams)), len(grams)
     counts = Counter(grams)
@@ -153,6 +204,11 @@ class Diversity:
         out = []
         for item in items:
             ent, distinct, count = ngram_entropy(item.completion, self.spec.n, self.spec.unit)
-            out.append(Score(ent, components={"distinct": distinct, "ngrams": float(count)},
-                             detail="" if count >= 2 else f"fewer than 2 {self.spec.n}-grams"))
+            out.append(
+                Score(
+                    ent,
+                    components={"distinct": distinct, "ngrams": float(count)},
+                    detail="" if count >= 2 else f"fewer than 2 {self.spec.n}-grams",
+                )
+            )
         return out

@@ -5,6 +5,7 @@ when kernel isolation is unavailable: an audit hook that refuses network, writes
 directory, other processes' /proc, signals, ctypes and starting programs. The guard is best effort —
 C code can get past it — which is why the namespace mode is the default whenever the service is root.
 """
+
 from __future__ import annotations
 
 import builtins
@@ -34,14 +35,16 @@ def describe(exc: BaseException) -> dict:
 def run(job: dict, wfd: int) -> None:
     """Report stages on ``wfd``: syntax, run, one line per test, done. Forked descendants never report."""
     pid0 = os.getpid()
-    nonce = job.pop("nonce", "")          # lines without it are not ours (forging needs the interpreter's memory)
+    nonce = job.pop(
+        "nonce", ""
+    )  # lines without it are not ours (forging needs the interpreter's memory)
 
     def emit(**fields) -> None:
-        if os.getpid() != pid0:          # a process the completion forked: it has no say in the result
+        if os.getpid() != pid0:  # a process the completion forked: it has no say in the result
             os._exit(1)
         data = (json.dumps(dict(fields, n=nonce)) + "\n").encode()
         while data:
-            data = data[os.write(wfd, data):]
+            data = data[os.write(wfd, data) :]
 
     try:
         compiled = compile(job["code"], "<completion>", "exec")
@@ -71,16 +74,42 @@ def run(job: dict, wfd: int) -> None:
 # ------------------------------------------------------------------------------------------ guard mode
 
 _WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND
-_PATH_EVENTS = {"os.rename": 2, "os.replace": 2, "os.remove": 1, "os.rmdir": 1, "os.mkdir": 1, "os.chmod": 1,
-                "os.chown": 1, "os.link": 2, "os.symlink": 2, "os.truncate": 1, "os.utime": 1,
-                "shutil.rmtree": 1, "shutil.move": 2, "shutil.copyfile": 2}
-_DENIED = {"os.fork": "creating processes", "os.forkpty": "creating processes", "os.system": "running programs",
-           "os.exec": "running programs", "os.posix_spawn": "running programs", "os.spawn": "running programs",
-           "subprocess.Popen": "running programs", "os.startfile": "running programs",
-           "ctypes.dlopen": "ctypes", "ctypes.dlsym": "ctypes", "ctypes.dlsym/handle": "ctypes",
-           "ctypes.cdata": "ctypes", "os.setuid": "changing identity", "os.setgid": "changing identity",
-           "os.kill": "signalling processes", "os.killpg": "signalling processes",
-           "signal.pthread_kill": "signalling processes", "os.pidfd_open": "signalling processes"}
+_PATH_EVENTS = {
+    "os.rename": 2,
+    "os.replace": 2,
+    "os.remove": 1,
+    "os.rmdir": 1,
+    "os.mkdir": 1,
+    "os.chmod": 1,
+    "os.chown": 1,
+    "os.link": 2,
+    "os.symlink": 2,
+    "os.truncate": 1,
+    "os.utime": 1,
+    "shutil.rmtree": 1,
+    "shutil.move": 2,
+    "shutil.copyfile": 2,
+}
+_DENIED = {
+    "os.fork": "creating processes",
+    "os.forkpty": "creating processes",
+    "os.system": "running programs",
+    "os.exec": "running programs",
+    "os.posix_spawn": "running programs",
+    "os.spawn": "running programs",
+    "subprocess.Popen": "running programs",
+    "os.startfile": "running programs",
+    "ctypes.dlopen": "ctypes",
+    "ctypes.dlsym": "ctypes",
+    "ctypes.dlsym/handle": "ctypes",
+    "ctypes.cdata": "ctypes",
+    "os.setuid": "changing identity",
+    "os.setgid": "changing identity",
+    "os.kill": "signalling processes",
+    "os.killpg": "signalling processes",
+    "signal.pthread_kill": "signalling processes",
+    "os.pidfd_open": "signalling processes",
+}
 
 
 def install_guard(jobdir: str) -> None:
@@ -103,8 +132,9 @@ def install_guard(jobdir: str) -> None:
             path, mode, flags = args
             if isinstance(path, int) or path is None:
                 return
-            writing = (isinstance(mode, str) and any(c in mode for c in "wax+")) or \
-                      (isinstance(flags, int) and flags & _WRITE_FLAGS)
+            writing = (isinstance(mode, str) and any(c in mode for c in "wax+")) or (
+                isinstance(flags, int) and flags & _WRITE_FLAGS
+            )
             if writing and not inside(path):
                 deny(errno.EACCES, "writing outside the sandbox directory", str(path))
             text = realpath(fsdecode(path))
@@ -113,7 +143,7 @@ def install_guard(jobdir: str) -> None:
         elif event.startswith("socket."):
             raise OSError(errno.ENETUNREACH, "sandbox guard: network access is disabled")
         elif event in _PATH_EVENTS:
-            for path in args[:_PATH_EVENTS[event]]:
+            for path in args[: _PATH_EVENTS[event]]:
                 if isinstance(path, (str, bytes, os.PathLike)) and not inside(path):
                     deny(errno.EACCES, f"{event} outside the sandbox directory", str(path))
         elif event in _DENIED:

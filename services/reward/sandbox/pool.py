@@ -5,6 +5,7 @@ environment, so nothing of the service (secrets in its environment, gRPC threads
 pool serves every request; at most ``concurrency`` jobs run at once, the rest queue in the runner.
 If the runner dies, waiting jobs fail with status error and the next call starts a new one.
 """
+
 from __future__ import annotations
 
 import json
@@ -20,7 +21,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 log = logging.getLogger(__name__)
-RUNNER = Path(__file__).with_name("runner.py")   # started by file path, never imported
+RUNNER = Path(__file__).with_name("runner.py")  # started by file path, never imported
 START_TIMEOUT_S = 20.0
 
 
@@ -34,8 +35,8 @@ class SandboxSettings:
     nproc: int = 32
     nofile: int = 64
     concurrency: int = 4
-    isolation: str = "auto"          # auto | namespaces | guard
-    uid_base: int = 0                # 0: a random block of unused uids
+    isolation: str = "auto"  # auto | namespaces | guard
+    uid_base: int = 0  # 0: a random block of unused uids
 
 
 class SandboxUnavailable(RuntimeError):
@@ -45,9 +46,9 @@ class SandboxUnavailable(RuntimeError):
 class SandboxPool:
     def __init__(self, settings: SandboxSettings):
         self.settings = settings
-        self.isolation = ""               # what the runner actually uses, once started
-        self._lock = threading.Lock()          # guards _proc, _pending, _counter
-        self._write_lock = threading.Lock()    # one writer on the runner's stdin at a time
+        self.isolation = ""  # what the runner actually uses, once started
+        self._lock = threading.Lock()  # guards _proc, _pending, _counter
+        self._write_lock = threading.Lock()  # one writer on the runner's stdin at a time
         self._proc: subprocess.Popen | None = None
         self._root = ""
         self._pending: dict[str, Future] = {}
@@ -62,9 +63,16 @@ class SandboxPool:
         self._root = tempfile.mkdtemp(prefix="brorl-sandbox-")
         uid_base = s.uid_base or random.randrange(1_000_000, 2_000_000_000, 1000)
         cfg = dict(asdict(s), root=self._root, uid_base=uid_base)
-        proc = subprocess.Popen([sys.executable, "-I", "-S", str(RUNNER)], stdin=subprocess.PIPE,
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd="/", close_fds=True,
-                                env={"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8"}, start_new_session=True)
+        proc = subprocess.Popen(
+            [sys.executable, "-I", "-S", str(RUNNER)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            cwd="/",
+            close_fds=True,
+            env={"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8"},
+            start_new_session=True,
+        )
         proc.stdin.write((json.dumps(cfg) + "\n").encode())
         proc.stdin.flush()
         ready = self._first_line(proc)
@@ -73,11 +81,22 @@ class SandboxPool:
             proc.wait()
             raise SandboxUnavailable(ready.get("fatal") or f"sandbox runner did not start: {ready}")
         self.isolation = ready["isolation"]
-        log.info("code sandbox ready: isolation=%s concurrency=%d limits wall=%.1fs cpu=%.1fs mem=%dMB nproc=%d",
-                 self.isolation, s.concurrency, s.wall_s, s.cpu_s, s.memory_mb, s.nproc)
+        log.info(
+            "code sandbox ready: isolation=%s concurrency=%d limits wall=%.1fs cpu=%.1fs mem=%dMB nproc=%d",
+            self.isolation,
+            s.concurrency,
+            s.wall_s,
+            s.cpu_s,
+            s.memory_mb,
+            s.nproc,
+        )
         self._proc = proc
-        threading.Thread(target=self._read_answers, args=(proc,), daemon=True, name="sandbox-reader").start()
-        threading.Thread(target=self._drain_stderr, args=(proc,), daemon=True, name="sandbox-stderr").start()
+        threading.Thread(
+            target=self._read_answers, args=(proc,), daemon=True, name="sandbox-reader"
+        ).start()
+        threading.Thread(
+            target=self._drain_stderr, args=(proc,), daemon=True, name="sandbox-stderr"
+        ).start()
         return proc
 
     @staticmethod
@@ -124,7 +143,7 @@ class SandboxPool:
             proc, self._proc = self._proc, None
         if proc is not None:
             try:
-                proc.stdin.close()   # EOF: the runner kills its jobs and exits
+                proc.stdin.close()  # EOF: the runner kills its jobs and exits
                 proc.wait(timeout=5)
             except (OSError, subprocess.TimeoutExpired):
                 proc.kill()
@@ -167,12 +186,13 @@ class SandboxPool:
         s = self.settings
         rounds = -(-len(jobs) // s.concurrency) + 1
         wait(futures, timeout=rounds * (s.wall_s + 1.0) + 30.0)
-        return [f.result() if f.done() else {"runner_error": "sandbox runner did not answer in time"}
-                for f in futures]
+        return [
+            f.result() if f.done() else {"runner_error": "sandbox runner did not answer in time"}
+            for f in futures
+        ]
 
     def __del__(self):
         try:
             self.close()
         except Exception:  # noqa: BLE001 - interpreter shutdown
             pass
-

@@ -15,6 +15,7 @@ environment, cwd = a private 0700 directory. After a job, every process left wit
 Isolation "guard" (not root): rlimits, process group and an audit-hook guard (see harness.py).
 Standard library only; nothing of the service (and none of its environment) is loaded here.
 """
+
 from __future__ import annotations
 
 import ctypes
@@ -36,13 +37,36 @@ CLONE_NEWNS, CLONE_NEWPID, CLONE_NEWNET = 0x00020000, 0x20000000, 0x40000000
 MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_REMOUNT = 1, 2, 4, 8, 32
 MS_BIND, MS_REC, MS_PRIVATE = 4096, 16384, 1 << 18
 PR_SET_PDEATHSIG, PR_SET_NO_NEW_PRIVS = 1, 38
-SYS_MOUNT_SETATTR, AT_FDCWD, AT_RECURSIVE, MOUNT_ATTR_RDONLY, MOUNT_ATTR_NOSUID = 442, -100, 0x8000, 1, 2
+SYS_MOUNT_SETATTR, AT_FDCWD, AT_RECURSIVE, MOUNT_ATTR_RDONLY, MOUNT_ATTR_NOSUID = (
+    442,
+    -100,
+    0x8000,
+    1,
+    2,
+)
 MAX_REPORT_BYTES = 256 * 1024
 STDLIB = os.path.dirname(os.__file__)
 # Imported once here so jobs need not import them again (forked children share these pages).
-PRELOAD = ("math", "re", "itertools", "functools", "collections", "heapq", "bisect", "string", "typing",
-           "random", "fractions", "decimal", "copy", "operator", "dataclasses", "statistics", "socket",
-           "encodings.idna")
+PRELOAD = (
+    "math",
+    "re",
+    "itertools",
+    "functools",
+    "collections",
+    "heapq",
+    "bisect",
+    "string",
+    "typing",
+    "random",
+    "fractions",
+    "decimal",
+    "copy",
+    "operator",
+    "dataclasses",
+    "statistics",
+    "socket",
+    "encodings.idna",
+)
 JOB_ENV = {"PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8"}
 
 libc = ctypes.CDLL(None, use_errno=True)
@@ -56,19 +80,31 @@ def _check(ret: int, what: str) -> None:
 
 def _mount(source, target, fstype, flags, data=None) -> None:
     enc = lambda s: None if s is None else s.encode()  # noqa: E731
-    _check(libc.mount(enc(source), enc(target), enc(fstype), ctypes.c_ulong(flags), enc(data)), f"mount {target}")
+    _check(
+        libc.mount(enc(source), enc(target), enc(fstype), ctypes.c_ulong(flags), enc(data)),
+        f"mount {target}",
+    )
 
 
 class _MountAttr(ctypes.Structure):
-    _fields_ = [("attr_set", ctypes.c_uint64), ("attr_clr", ctypes.c_uint64),
-                ("propagation", ctypes.c_uint64), ("userns_fd", ctypes.c_uint64)]
+    _fields_ = [
+        ("attr_set", ctypes.c_uint64),
+        ("attr_clr", ctypes.c_uint64),
+        ("propagation", ctypes.c_uint64),
+        ("userns_fd", ctypes.c_uint64),
+    ]
 
 
 def _readonly_everything() -> None:
     attr = _MountAttr(MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID, 0, 0, 0)
-    if libc.syscall(SYS_MOUNT_SETATTR, AT_FDCWD, b"/", AT_RECURSIVE, ctypes.byref(attr), ctypes.sizeof(attr)) == 0:
+    if (
+        libc.syscall(
+            SYS_MOUNT_SETATTR, AT_FDCWD, b"/", AT_RECURSIVE, ctypes.byref(attr), ctypes.sizeof(attr)
+        )
+        == 0
+    ):
         return
-    with open("/proc/self/mountinfo") as f:   # older kernels: remount each mount point
+    with open("/proc/self/mountinfo") as f:  # older kernels: remount each mount point
         points = [line.split()[4].encode().decode("unicode_escape") for line in f]
     for point in sorted(set(points), key=len):
         try:
@@ -81,7 +117,7 @@ def enter_namespaces(root: str, disk_mb: int) -> str:
     """Become pid 1 of fresh mount/net/pid namespaces with a read-only filesystem and a tmpfs at ``root``."""
     _check(libc.unshare(CLONE_NEWNS | CLONE_NEWNET | CLONE_NEWPID), "unshare")
     child = os.fork()
-    if child:                                  # the outer process only relays the exit status
+    if child:  # the outer process only relays the exit status
         os.close(0)
         os.close(1)
         _, status = os.waitpid(child, 0)
@@ -107,7 +143,7 @@ class Job:
         self.buf = bytearray()
         self.start = time.monotonic()
         self.killed = ""
-        self.eof = False          # the report pipe is closed (the job may still run)
+        self.eof = False  # the report pipe is closed (the job may still run)
         self.nonce = ""
 
 
@@ -120,7 +156,7 @@ class Runner:
         self.job_path = [p.replace(STDLIB, stdlib_view, 1) for p in sys.path if p != here]
         self.drop = os.geteuid() == 0
         if not self.namespaces:
-            os.chmod(cfg["root"], 0o711)            # job uids must reach their own directory
+            os.chmod(cfg["root"], 0o711)  # job uids must reach their own directory
         self.free_uids = deque(cfg["uid_base"] + i for i in range(cfg["concurrency"]))
         self.queue: deque[dict] = deque()
         self.running: dict[int, Job] = {}
@@ -136,9 +172,15 @@ class Runner:
     def serve(self) -> None:
         while not (self.eof and not self.running):
             self._start_jobs()
-            deadlines = [j.start + self.cfg["wall_s"] for j in self.running.values() if not j.killed]
+            deadlines = [
+                j.start + self.cfg["wall_s"] for j in self.running.values() if not j.killed
+            ]
             timeout = max(0.0, min(deadlines) - time.monotonic()) if deadlines else 1.0
-            fds = [self.wake_r] + ([] if self.eof else [0]) + [j.rfd for j in self.running.values() if not j.eof]
+            fds = (
+                [self.wake_r]
+                + ([] if self.eof else [0])
+                + [j.rfd for j in self.running.values() if not j.eof]
+            )
             try:
                 ready, _, _ = select.select(fds, [], [], timeout)
             except InterruptedError:
@@ -152,7 +194,7 @@ class Runner:
                     self._read_report(fd)
             self._enforce_deadlines()
             self._reap()
-        for job in list(self.running.values()):   # stdin closed: the service is gone
+        for job in list(self.running.values()):  # stdin closed: the service is gone
             self._kill(job, "shutdown")
 
     def _read_requests(self) -> None:
@@ -179,7 +221,7 @@ class Runner:
         if not data:
             job.eof = True
         elif len(job.buf) < MAX_REPORT_BYTES:
-            job.buf += data[:MAX_REPORT_BYTES - len(job.buf)]
+            job.buf += data[: MAX_REPORT_BYTES - len(job.buf)]
 
     def _enforce_deadlines(self) -> None:
         now = time.monotonic()
@@ -196,7 +238,7 @@ class Runner:
             if pid == 0:
                 return
             job = self.running.pop(pid, None)
-            if job is not None:          # other pids: orphans of a job, reparented to us (pid 1)
+            if job is not None:  # other pids: orphans of a job, reparented to us (pid 1)
                 self._finish(job, status, usage)
 
     # ------------------------------------------------------------------ jobs
@@ -225,28 +267,38 @@ class Runner:
             signal.set_wakeup_fd(-1)
             for sig in (signal.SIGCHLD, signal.SIGPIPE, signal.SIGINT, signal.SIGTERM):
                 signal.signal(sig, signal.SIG_DFL)
-            signal.signal(signal.SIGXFSZ, signal.SIG_IGN)   # oversized writes fail with EFBIG instead
+            signal.signal(
+                signal.SIGXFSZ, signal.SIG_IGN
+            )  # oversized writes fail with EFBIG instead
             os.setsid()
             null = os.open("/dev/null", os.O_RDWR)
             for fd in (0, 1, 2):
                 os.dup2(null, fd)
             os.closerange(3, wfd)
             os.closerange(wfd + 1, 65536)
-            self.queue.clear()                                # other jobs' tests are none of its business
+            self.queue.clear()  # other jobs' tests are none of its business
             self.running.clear()
-            job.nonce = ""                                    # only the harness keeps it
+            job.nonce = ""  # only the harness keeps it
             os.chdir(job.path)
             cfg = self.cfg
             cpu = max(1, math.ceil(cfg["cpu_s"]))
-            for limit, value in ((resource.RLIMIT_CPU, (cpu, cpu + 1)),
-                                 (resource.RLIMIT_AS, (cfg["memory_mb"] << 20,) * 2),
-                                 (resource.RLIMIT_FSIZE, (cfg["file_size_mb"] << 20,) * 2),
-                                 (resource.RLIMIT_NOFILE, (cfg["nofile"],) * 2),
-                                 (resource.RLIMIT_CORE, (0, 0))):
+            for limit, value in (
+                (resource.RLIMIT_CPU, (cpu, cpu + 1)),
+                (resource.RLIMIT_AS, (cfg["memory_mb"] << 20,) * 2),
+                (resource.RLIMIT_FSIZE, (cfg["file_size_mb"] << 20,) * 2),
+                (resource.RLIMIT_NOFILE, (cfg["nofile"],) * 2),
+                (resource.RLIMIT_CORE, (0, 0)),
+            ):
                 resource.setrlimit(limit, value)
             if self.drop:
                 resource.setrlimit(resource.RLIMIT_NPROC, (cfg["nproc"],) * 2)
-            libc.prctl(PR_SET_NO_NEW_PRIVS, ctypes.c_ulong(1), ctypes.c_ulong(0), ctypes.c_ulong(0), ctypes.c_ulong(0))
+            libc.prctl(
+                PR_SET_NO_NEW_PRIVS,
+                ctypes.c_ulong(1),
+                ctypes.c_ulong(0),
+                ctypes.c_ulong(0),
+                ctypes.c_ulong(0),
+            )
             libc.prctl(PR_SET_PDEATHSIG, ctypes.c_ulong(signal.SIGKILL))
             if self.drop:
                 os.setgroups([])
@@ -254,7 +306,9 @@ class Runner:
                 os.setresuid(job.uid, job.uid, job.uid)
             sys.path[:] = self.job_path
             view = self.cfg.get("stdlib_view")
-            for module in list(sys.modules.values()) if view else ():   # packages keep their own search path
+            for module in (
+                list(sys.modules.values()) if view else ()
+            ):  # packages keep their own search path
                 search = getattr(module, "__path__", None)
                 if isinstance(search, list):
                     search[:] = [p.replace(STDLIB, view, 1) for p in search]
@@ -283,7 +337,7 @@ class Runner:
         for _ in range(20):
             if not self.namespaces or self._has_processes(uid):
                 helper = os.fork()
-                if helper == 0:   # kill(-1) as that uid reaches exactly its processes, atomically
+                if helper == 0:  # kill(-1) as that uid reaches exactly its processes, atomically
                     try:
                         os.setresuid(uid, uid, uid)
                         os.kill(-1, signal.SIGKILL)
@@ -308,7 +362,7 @@ class Runner:
     def _finish(self, job: Job, status: int, usage) -> None:
         wall = time.monotonic() - job.start
         self._sweep(job.uid)
-        while True:                                          # whatever the job wrote before it ended
+        while True:  # whatever the job wrote before it ended
             try:
                 data = os.read(job.rfd, 65536)
             except (BlockingIOError, OSError):
@@ -316,7 +370,7 @@ class Runner:
             if not data:
                 break
             if len(job.buf) < MAX_REPORT_BYTES:
-                job.buf += data[:MAX_REPORT_BYTES - len(job.buf)]
+                job.buf += data[: MAX_REPORT_BYTES - len(job.buf)]
         os.close(job.rfd)
         shutil.rmtree(job.path, ignore_errors=True)
         self.free_uids.append(job.uid)
@@ -329,22 +383,30 @@ class Runner:
             if isinstance(line, dict) and line.pop("n", None) == job.nonce:
                 lines.append(line)
         job.req.pop("nonce", None)
-        answer = {"id": job.req.get("id"), "exit": os.WEXITSTATUS(status) if os.WIFEXITED(status) else None,
-                  "signal": os.WTERMSIG(status) if os.WIFSIGNALED(status) else None, "wall_s": wall,
-                  "cpu_s": usage.ru_utime + usage.ru_stime, "maxrss_kb": usage.ru_maxrss,
-                  "killed": job.killed, "lines": lines}
+        answer = {
+            "id": job.req.get("id"),
+            "exit": os.WEXITSTATUS(status) if os.WIFEXITED(status) else None,
+            "signal": os.WTERMSIG(status) if os.WIFSIGNALED(status) else None,
+            "wall_s": wall,
+            "cpu_s": usage.ru_utime + usage.ru_stime,
+            "maxrss_kb": usage.ru_maxrss,
+            "killed": job.killed,
+            "lines": lines,
+        }
         _write(json.dumps(answer))
 
 
 def _write(line: str) -> None:
     data = (line + "\n").encode()
     while data:
-        data = data[os.write(1, data):]
+        data = data[os.write(1, data) :]
 
 
 def main() -> None:
     first = bytearray()
-    while not first.endswith(b"\n"):       # byte by byte: nothing after the settings may be buffered away
+    while not first.endswith(
+        b"\n"
+    ):  # byte by byte: nothing after the settings may be buffered away
         byte = os.read(0, 1)
         if not byte:
             return
@@ -366,7 +428,11 @@ def main() -> None:
     for name in PRELOAD:
         __import__(name)
     runner = Runner(cfg)
-    _write(json.dumps({"ready": True, "isolation": isolation, "pid": os.getpid(), "root": os.geteuid() == 0}))
+    _write(
+        json.dumps(
+            {"ready": True, "isolation": isolation, "pid": os.getpid(), "root": os.geteuid() == 0}
+        )
+    )
     runner.serve()
 
 

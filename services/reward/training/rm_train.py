@@ -12,6 +12,7 @@ centred. Reports (one JSON object on stdout, also saved in DIR/brorl_rm.json): v
 accuracy, calibration (ECE of sigmoid(score difference), 10 bins), steps, seconds. DIR is loadable with
 ``from_pretrained`` and served by the reward service (``type: reward_model``).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -37,7 +38,9 @@ def load_pairs(path: str | Path) -> list[dict]:
             row = json.loads(line)
         except ValueError as exc:
             raise ValueError(f"{path}:{lineno}: not JSON ({exc})") from None
-        if not isinstance(row, dict) or not all(isinstance(row.get(k), str) for k in ("prompt", "chosen", "rejected")):
+        if not isinstance(row, dict) or not all(
+            isinstance(row.get(k), str) for k in ("prompt", "chosen", "rejected")
+        ):
             raise ValueError(f"{path}:{lineno}: needs string fields prompt, chosen, rejected")
         pairs.append(row)
     if len(pairs) < 10:
@@ -45,11 +48,13 @@ def load_pairs(path: str | Path) -> list[dict]:
     return pairs
 
 
-def split_pairs(pairs: list[dict], val_fraction: float = 0.1, seed: int = 0) -> tuple[list[dict], list[dict]]:
+def split_pairs(
+    pairs: list[dict], val_fraction: float = 0.1, seed: int = 0
+) -> tuple[list[dict], list[dict]]:
     """Hold out ``val_fraction`` of the distinct prompts, with all their pairs (no prompt in both)."""
     prompts = sorted({p["prompt"] for p in pairs})
     random.Random(seed).shuffle(prompts)
-    held = set(prompts[:max(1, round(len(prompts) * val_fraction))])
+    held = set(prompts[: max(1, round(len(prompts) * val_fraction))])
     return [p for p in pairs if p["prompt"] not in held], [p for p in pairs if p["prompt"] in held]
 
 
@@ -86,13 +91,19 @@ def char_tokenizer(texts: list[str]):
     tok = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
     tok.pre_tokenizer = pre_tokenizers.Split(pattern="", behavior="isolated")  # one char, one token
     tok.decoder = decoders.Fuse()
-    return PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<bos>", eos_token="<eos>",
-                                   pad_token="<pad>", unk_token="<unk>",
-                                   clean_up_tokenization_spaces=False)
+    return PreTrainedTokenizerFast(
+        tokenizer_object=tok,
+        bos_token="<bos>",
+        eos_token="<eos>",
+        pad_token="<pad>",
+        unk_token="<unk>",
+        clean_up_tokenization_spaces=False,
+    )
 
 
-def build_model(backbone: str | None, hidden: int, layers: int, seed: int, heads: int = 4,
-                texts: list[str] = ()):
+def build_model(
+    backbone: str | None, hidden: int, layers: int, seed: int, heads: int = 4, texts: list[str] = ()
+):
     """A backbone from ``backbone``, or a tiny Qwen2 from scratch over the characters of ``texts``."""
     import torch
     from transformers import AutoModelForSequenceClassification, AutoTokenizer
@@ -103,12 +114,21 @@ def build_model(backbone: str | None, hidden: int, layers: int, seed: int, heads
         model = AutoModelForSequenceClassification.from_pretrained(backbone, num_labels=1)
     else:
         from transformers import Qwen2Config, Qwen2ForSequenceClassification
+
         tok = char_tokenizer(list(texts))
-        config = Qwen2Config(vocab_size=len(tok), hidden_size=hidden, num_hidden_layers=layers,
-                             num_attention_heads=heads, num_key_value_heads=max(1, heads // 2),
-                             intermediate_size=hidden * 3,
-                             max_position_embeddings=128, num_labels=1, bos_token_id=tok.bos_token_id,
-                             eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id)
+        config = Qwen2Config(
+            vocab_size=len(tok),
+            hidden_size=hidden,
+            num_hidden_layers=layers,
+            num_attention_heads=heads,
+            num_key_value_heads=max(1, heads // 2),
+            intermediate_size=hidden * 3,
+            max_position_embeddings=128,
+            num_labels=1,
+            bos_token_id=tok.bos_token_id,
+            eos_token_id=tok.eos_token_id,
+            pad_token_id=tok.pad_token_id,
+        )
         model = Qwen2ForSequenceClassification(config)
     if tok.pad_token is None:
         tok.pad_token = tok.eos_token or tok.unk_token
@@ -116,22 +136,37 @@ def build_model(backbone: str | None, hidden: int, layers: int, seed: int, heads
     return model, tok
 
 
-def score_texts(model, tok, texts: list[str], max_length: int, append_eos: bool, batch_size: int = 256) -> list[float]:
+def score_texts(
+    model, tok, texts: list[str], max_length: int, append_eos: bool, batch_size: int = 256
+) -> list[float]:
     import torch
+
     out: list[float] = []
     with torch.no_grad():
         for i in range(0, len(texts), batch_size):
-            ids, mask = encode(tok, texts[i:i + batch_size], max_length, append_eos)
+            ids, mask = encode(tok, texts[i : i + batch_size], max_length, append_eos)
             out.extend(model(input_ids=ids, attention_mask=mask).logits[:, 0].tolist())
     return out
 
 
-def evaluate(model, tok, pairs: list[dict], template: str, max_length: int, append_eos: bool) -> dict:
+def evaluate(
+    model, tok, pairs: list[dict], template: str, max_length: int, append_eos: bool
+) -> dict:
     model.eval()
-    chosen = score_texts(model, tok, [fill_template(template, p["prompt"], p["chosen"]) for p in pairs],
-                         max_length, append_eos)
-    rejected = score_texts(model, tok, [fill_template(template, p["prompt"], p["rejected"]) for p in pairs],
-                           max_length, append_eos)
+    chosen = score_texts(
+        model,
+        tok,
+        [fill_template(template, p["prompt"], p["chosen"]) for p in pairs],
+        max_length,
+        append_eos,
+    )
+    rejected = score_texts(
+        model,
+        tok,
+        [fill_template(template, p["prompt"], p["rejected"]) for p in pairs],
+        max_length,
+        append_eos,
+    )
     model.train()
     return pair_metrics([c - r for c, r in zip(chosen, rejected)])
 
@@ -146,7 +181,11 @@ def train(args) -> dict:
     pairs = load_pairs(args.data)
     train_pairs, val_pairs = split_pairs(pairs, args.val_fraction, args.seed)
     template, eos = args.template, not args.no_eos
-    texts = [fill_template(template, p["prompt"], p[side]) for p in pairs for side in ("chosen", "rejected")]
+    texts = [
+        fill_template(template, p["prompt"], p[side])
+        for p in pairs
+        for side in ("chosen", "rejected")
+    ]
     model, tok = build_model(args.backbone, args.hidden, args.layers, args.seed, args.heads, texts)
     opt = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=0.01)
     total_steps = args.steps or 10**9
@@ -157,12 +196,15 @@ def train(args) -> dict:
     deadline = start + args.max_seconds
     while step < total_steps and time.monotonic() < deadline:
         batch = rng.sample(train_pairs, min(args.batch_size, len(train_pairs)))
-        texts = [fill_template(template, p["prompt"], p["chosen"]) for p in batch] + \
-                [fill_template(template, p["prompt"], p["rejected"]) for p in batch]
+        texts = [fill_template(template, p["prompt"], p["chosen"]) for p in batch] + [
+            fill_template(template, p["prompt"], p["rejected"]) for p in batch
+        ]
         ids, mask = encode(tok, texts, args.max_length, eos)
-        scores = model(input_ids=ids, attention_mask=mask).logits[:, 0]               # (2B,)
-        chosen, rejected = scores[:len(batch)], scores[len(batch):]
-        loss = -F.logsigmoid(chosen - rejected - args.margin).mean() + args.center * (scores ** 2).mean()
+        scores = model(input_ids=ids, attention_mask=mask).logits[:, 0]  # (2B,)
+        chosen, rejected = scores[: len(batch)], scores[len(batch) :]
+        loss = (
+            -F.logsigmoid(chosen - rejected - args.margin).mean() + args.center * (scores**2).mean()
+        )
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
@@ -172,43 +214,89 @@ def train(args) -> dict:
         losses.append(loss.item())
         if step % args.log_every == 0:
             probe = ""
-            if args.probe:   # progress only: a slice of the validation set, not used for any decision
-                probe = " probe_acc %.3f" % evaluate(model, tok, val_pairs[:args.probe], template, args.max_length,
-                                                     eos)["accuracy"]
-            log.info("step %d loss %.4f%s (%.0fs)", step, sum(losses[-args.log_every:]) / args.log_every, probe,
-                     time.monotonic() - start)
+            if (
+                args.probe
+            ):  # progress only: a slice of the validation set, not used for any decision
+                probe = (
+                    " probe_acc %.3f"
+                    % evaluate(model, tok, val_pairs[: args.probe], template, args.max_length, eos)[
+                        "accuracy"
+                    ]
+                )
+            log.info(
+                "step %d loss %.4f%s (%.0fs)",
+                step,
+                sum(losses[-args.log_every :]) / args.log_every,
+                probe,
+                time.monotonic() - start,
+            )
     train_s = time.monotonic() - start
     val = evaluate(model, tok, val_pairs, template, args.max_length, eos)
     by_kind = {}
     for kind in sorted({p["kind"] for p in val_pairs if isinstance(p.get("kind"), str)}):
         subset = [p for p in val_pairs if p.get("kind") == kind]
-        by_kind[kind] = round(evaluate(model, tok, subset, template, args.max_length, eos)["accuracy"], 4)
-    metrics = {"val_accuracy": val["accuracy"], "val_ece": val["ece"], "val_mean_diff": val["mean_diff"],
-               "val_accuracy_by_kind": by_kind,
-               "train_pairs": len(train_pairs), "val_pairs": len(val_pairs), "steps": step,
-               "final_loss": sum(losses[-50:]) / max(1, len(losses[-50:])), "train_seconds": train_s,
-               "total_seconds": time.monotonic() - start}
+        by_kind[kind] = round(
+            evaluate(model, tok, subset, template, args.max_length, eos)["accuracy"], 4
+        )
+    metrics = {
+        "val_accuracy": val["accuracy"],
+        "val_ece": val["ece"],
+        "val_mean_diff": val["mean_diff"],
+        "val_accuracy_by_kind": by_kind,
+        "train_pairs": len(train_pairs),
+        "val_pairs": len(val_pairs),
+        "steps": step,
+        "final_loss": sum(losses[-50:]) / max(1, len(losses[-50:])),
+        "train_seconds": train_s,
+        "total_seconds": time.monotonic() - start,
+    }
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(out, safe_serialization=True)
     tok.save_pretrained(out)
-    (out / META_FILE).write_text(json.dumps({"template": template, "append_eos": eos, "max_length": args.max_length,
-                                             "margin": args.margin, "metrics": metrics}, indent=2))
+    (out / META_FILE).write_text(
+        json.dumps(
+            {
+                "template": template,
+                "append_eos": eos,
+                "max_length": args.max_length,
+                "margin": args.margin,
+                "metrics": metrics,
+            },
+            indent=2,
+        )
+    )
     return metrics
 
 
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m services.reward.training.rm_train", description=__doc__.split("\n")[0])
+    p = argparse.ArgumentParser(
+        prog="python -m services.reward.training.rm_train", description=__doc__.split("\n")[0]
+    )
     p.add_argument("--data", required=True, help="preference JSONL (prompt, chosen, rejected)")
     p.add_argument("--out", required=True, help="directory to save the reward model in")
-    p.add_argument("--generate", type=int, default=0, help="first write this many arithmetic pairs to --data")
-    p.add_argument("--backbone", default="", help="local transformers model dir; empty: tiny char-level Qwen2")
-    p.add_argument("--hidden", type=int, default=64, help="hidden size of the from-scratch backbone")
+    p.add_argument(
+        "--generate", type=int, default=0, help="first write this many arithmetic pairs to --data"
+    )
+    p.add_argument(
+        "--backbone", default="", help="local transformers model dir; empty: tiny char-level Qwen2"
+    )
+    p.add_argument(
+        "--hidden", type=int, default=64, help="hidden size of the from-scratch backbone"
+    )
     p.add_argument("--layers", type=int, default=3, help="layers of the from-scratch backbone")
-    p.add_argument("--heads", type=int, default=4, help="attention heads of the from-scratch backbone")
-    p.add_argument("--max-seconds", type=float, default=270.0,
-                   help="stop training after this long (the default leaves room for evaluation in 5 minutes)")
-    p.add_argument("--steps", type=int, default=0, help="stop after this many steps (0: time limit only)")
+    p.add_argument(
+        "--heads", type=int, default=4, help="attention heads of the from-scratch backbone"
+    )
+    p.add_argument(
+        "--max-seconds",
+        type=float,
+        default=270.0,
+        help="stop training after this long (the default leaves room for evaluation in 5 minutes)",
+    )
+    p.add_argument(
+        "--steps", type=int, default=0, help="stop after this many steps (0: time limit only)"
+    )
     p.add_argument("--batch-size", type=int, default=64, help="pairs per step")
     p.add_argument("--lr", type=float, default=2e-3)
     p.add_argument("--warmup", type=int, default=100, help="linear warm-up steps")
@@ -217,19 +305,29 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--val-fraction", type=float, default=0.1)
     p.add_argument("--max-length", type=int, default=64, help="tokens per sequence")
     p.add_argument("--template", default="{prompt}{completion}")
-    p.add_argument("--no-eos", action="store_true", help="do not append the EOS token before scoring")
+    p.add_argument(
+        "--no-eos", action="store_true", help="do not append the EOS token before scoring"
+    )
     p.add_argument("--threads", type=int, default=1, help="torch CPU threads (0: torch default)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--log-every", type=int, default=500)
-    p.add_argument("--probe", type=int, default=0, help="log accuracy on this many validation pairs at each log")
+    p.add_argument(
+        "--probe",
+        type=int,
+        default=0,
+        help="log accuracy on this many validation pairs at each log",
+    )
     return p
 
 
 def main(argv=None) -> int:
     args = parser().parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(
+        level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
     if args.generate:
         from services.reward.training.prefgen import generate, write_jsonl
+
         write_jsonl(generate(args.generate, args.seed), args.data)
     try:
         metrics = train(args)

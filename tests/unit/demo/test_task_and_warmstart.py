@@ -1,4 +1,5 @@
 """Fast checks of the demo's task, tokenizer, warm-start cache and evaluation."""
+
 from __future__ import annotations
 
 import json
@@ -6,14 +7,32 @@ import random
 
 import pytest
 
-from demo.task import (Problem, answer_width, column_sum, count_distinct, heldout_problems,
-                       problems, teacher_answer)
+from demo.task import (
+    Problem,
+    answer_width,
+    column_sum,
+    count_distinct,
+    heldout_problems,
+    problems,
+    teacher_answer,
+)
 
-TINY = dict(hidden_size=32, layers=1, heads=2, kv_heads=1, intermediate_size=64,
-            steps=4, batch_size=8, warmup_steps=2, train_problems=300, eval_problems=20)
+TINY = dict(
+    hidden_size=32,
+    layers=1,
+    heads=2,
+    kv_heads=1,
+    intermediate_size=64,
+    steps=4,
+    batch_size=8,
+    warmup_steps=2,
+    train_problems=300,
+    eval_problems=20,
+)
 
 
 # --- task -------------------------------------------------------------------------------
+
 
 def test_problems_are_deterministic_distinct_and_correct():
     a = problems(300, seed=7, max_digits=3, ops="+-*")
@@ -22,8 +41,9 @@ def test_problems_are_deterministic_distinct_and_correct():
     assert len({p.prompt for p in a}) == 300
     for p in a:
         x, op, y = next((p.prompt[:-1].partition(o) for o in "+-*" if o in p.prompt[1:-1]))
-        assert p.answer == str({"+": int.__add__, "-": int.__sub__, "*": int.__mul__}[op](
-            int(x), int(y)))
+        assert p.answer == str(
+            {"+": int.__add__, "-": int.__sub__, "*": int.__mul__}[op](int(x), int(y))
+        )
 
 
 def test_heldout_set_is_fixed_and_a_prefix():
@@ -37,8 +57,12 @@ def test_train_problems_exclude_heldout():
 
     cfg = WarmstartConfig()
     train = {p.prompt for p in train_problems(cfg)}
-    held = {p.prompt for p in heldout_problems(cfg.exclude_heldout, max_digits=cfg.max_digits,
-                                               ops=cfg.ops, min_digits=cfg.min_digits)}
+    held = {
+        p.prompt
+        for p in heldout_problems(
+            cfg.exclude_heldout, max_digits=cfg.max_digits, ops=cfg.ops, min_digits=cfg.min_digits
+        )
+    }
     assert len(held) == cfg.exclude_heldout and not train & held
     assert len(train) <= count_distinct(cfg.max_digits, cfg.ops) - len(held)
 
@@ -61,13 +85,15 @@ def test_teacher_flaws():
     for p in problems(500, seed=3, max_digits=3):
         a, b = map(int, p.prompt[:-1].split("+"))
         assert column_sum(a, b) == p.answer == teacher_answer(p)
-    assert column_sum(95, 17, carry_drop=1.0, rng=rng) == "2"          # 9+1 | 5+7 mod 10
+    assert column_sum(95, 17, carry_drop=1.0, rng=rng) == "2"  # 9+1 | 5+7 mod 10
     assert column_sum(95, 17, final_carry_drop=1.0, rng=rng) == "12"
-    assert column_sum(84, 23, final_carry_drop=1.0, rng=rng) == "7"     # "07", zeros stripped
+    assert column_sum(84, 23, final_carry_drop=1.0, rng=rng) == "7"  # "07", zeros stripped
     assert teacher_answer(Problem("5+3=", "8"), zero_pad=1.0, pad_width=3, rng=rng) == "008"
     assert answer_width(2, "+") == 3 and answer_width(3, "+*") == 6
-    drawn = [teacher_answer(Problem("5+3=", "8"), zero_pad=0.7, pad_width=3, rng=rng)
-             for _ in range(2000)]
+    drawn = [
+        teacher_answer(Problem("5+3=", "8"), zero_pad=0.7, pad_width=3, rng=rng)
+        for _ in range(2000)
+    ]
     assert set(drawn) == {"8", "008"} and 0.65 < drawn.count("008") / 2000 < 0.75
 
 
@@ -83,7 +109,7 @@ def test_teacher_batch_and_sft_targets():
         assert all(len(p.answer) <= answer_width(cfg.max_digits, cfg.ops) for p in batch)
         assert all(p.answer.lstrip("0") == q.answer for p, q in zip(batch, items))
     padded = sum(p.answer != q.answer for p, q in zip(batch, items))
-    assert 0.5 < padded / len(items) < 0.7      # 0.7 of the answers shorter than 3 chars
+    assert 0.5 < padded / len(items) < 0.7  # 0.7 of the answers shorter than 3 chars
     tok = build_tokenizer()
     ids, targets = encode_examples(tok, [Problem("12+3=", "15")])
     # targets are shifted: the prediction at the last prompt token is the first answer char
@@ -92,6 +118,7 @@ def test_teacher_batch_and_sft_targets():
 
 
 # --- tokenizer --------------------------------------------------------------------------
+
 
 def test_tokenizer_round_trip_and_autotokenizer_agreement(tmp_path):
     from transformers import AutoTokenizer
@@ -106,7 +133,7 @@ def test_tokenizer_round_trip_and_autotokenizer_agreement(tmp_path):
     texts = ["47+385=", "0", "-12", "999*99=98901", "(1+2)*3=9", "1 + 2 = 3"]
     for text in texts:
         ids = tok.encode(text)
-        assert len(ids) == len(text)                       # one token per character
+        assert len(ids) == len(text)  # one token per character
         assert tok.decode(ids) == text
         assert loaded.encode(text) == ids
         if " " not in text:  # vLLM uses AutoTokenizer, which becomes Qwen2Tokenizer here
@@ -115,6 +142,7 @@ def test_tokenizer_round_trip_and_autotokenizer_agreement(tmp_path):
 
 
 # --- evaluation ---------------------------------------------------------------------------
+
 
 class ScriptedModel:
     """Stands in for a causal LM: 'generates' fixed continuations (tests the decoding)."""
@@ -150,10 +178,10 @@ def test_evaluate_on_a_hand_made_case():
     enc = tok.encode
     cases = {
         "1+1=": (enc("2") + [e], True),
-        "10+2=": (enc("12") + [e, *enc("99")], True),   # text after <eos> is ignored
-        "7+8=": (enc("15") + enc("1"), False),          # never stops
-        "5+5=": (enc("010") + [e], False),              # zero-padded: exact match fails
-        "9+9=": (enc("1") + [e, *enc("8")], False),     # stops early
+        "10+2=": (enc("12") + [e, *enc("99")], True),  # text after <eos> is ignored
+        "7+8=": (enc("15") + enc("1"), False),  # never stops
+        "5+5=": (enc("010") + [e], False),  # zero-padded: exact match fails
+        "9+9=": (enc("1") + [e, *enc("8")], False),  # stops early
     }
     answers = {"1+1=": "2", "10+2=": "12", "7+8=": "15", "5+5=": "10", "9+9=": "18"}
     model = ScriptedModel(tok, {k: v[0] for k, v in cases.items()})
@@ -161,7 +189,7 @@ def test_evaluate_on_a_hand_made_case():
     result = evaluate(model, probs, tokenizer=tok, batch_size=2, max_new_tokens=4)
     assert [ex["correct"] for ex in result.examples] == [v[1] for v in cases.values()]
     assert result.correct == 2 and result.accuracy == pytest.approx(0.4)
-    assert result.numeric_accuracy == pytest.approx(0.6)   # "010" is the right number
+    assert result.numeric_accuracy == pytest.approx(0.6)  # "010" is the right number
     assert greedy_accuracy(model, probs[:2], tokenizer=tok) == 1.0
 
 
@@ -169,8 +197,9 @@ def test_left_padded_batches_match_single_prompts(tmp_path):
     from demo.evaluate import greedy_completions, load_model
     from demo.model import create_tiny_model
 
-    path = create_tiny_model(tmp_path / "m", hidden_size=32, layers=1, heads=2, kv_heads=1,
-                             intermediate_size=64, seed=3)
+    path = create_tiny_model(
+        tmp_path / "m", hidden_size=32, layers=1, heads=2, kv_heads=1, intermediate_size=64, seed=3
+    )
     model, tok = load_model(path)
     prompts = ["1+2=", "47+385=", "5=", "123+45="]
     batched = greedy_completions(model, tok, prompts, batch_size=4, max_new_tokens=5)
@@ -179,6 +208,7 @@ def test_left_padded_batches_match_single_prompts(tmp_path):
 
 
 # --- warm-start ---------------------------------------------------------------------------
+
 
 def test_warmstart_trains_records_and_caches(tmp_path, monkeypatch):
     import demo.model

@@ -36,7 +36,12 @@ def _logits(B, T, V, pad=0, dtype=torch.float32, seed=0):
     g = torch.Generator(device=DEV).manual_seed(seed)
     full = (torch.randn(B, T + pad, V, generator=g, device=DEV) * 3).to(dtype).requires_grad_(True)
     ids = torch.randint(0, V, (B, T), generator=g, device=DEV)
-    return full, ids, torch.randn(B, T, generator=g, device=DEV), torch.randn(B, T, generator=g, device=DEV)
+    return (
+        full,
+        ids,
+        torch.randn(B, T, generator=g, device=DEV),
+        torch.randn(B, T, generator=g, device=DEV),
+    )
 
 
 def _fwd_bwd(fn, full, T, ids, g_logp, g_ent, **kw):
@@ -48,15 +53,28 @@ def _fwd_bwd(fn, full, T, ids, g_logp, g_ent, **kw):
 
 @pytest.mark.parametrize(
     "B,T,V,pad,temperature,chunk",
-    [(4, 256, 151_936, 1, 1.0, None), (2, 301, 50_257, 3, 0.7, None), (3, 77, 32_001, 0, 1.3, 1024),
-     (1, 5, 1000, 2, 2.0, 128)],
+    [
+        (4, 256, 151_936, 1, 1.0, None),
+        (2, 301, 50_257, 3, 0.7, None),
+        (3, 77, 32_001, 0, 1.3, 1024),
+        (1, 5, 1000, 2, 2.0, 128),
+    ],
 )
 def test_logprobs_fp32(B, T, V, pad, temperature, chunk):
     full, ids, gl, gh = _logits(B, T, V, pad)
-    logp, ent, grad = _fwd_bwd(token_logprobs_entropy, full, T, ids, gl, gh, temperature=temperature, chunk_size=chunk)
+    logp, ent, grad = _fwd_bwd(
+        token_logprobs_entropy, full, T, ids, gl, gh, temperature=temperature, chunk_size=chunk
+    )
     full64 = full.detach().double().requires_grad_(True)
-    r_logp, r_ent, r_grad = _fwd_bwd(token_logprobs_entropy_reference, full64, T, ids, gl.double(), gh.double(),
-                                     temperature=temperature)
+    r_logp, r_ent, r_grad = _fwd_bwd(
+        token_logprobs_entropy_reference,
+        full64,
+        T,
+        ids,
+        gl.double(),
+        gh.double(),
+        temperature=temperature,
+    )
     torch.testing.assert_close(logp, r_logp.float(), atol=1e-5, rtol=1e-4)
     torch.testing.assert_close(ent, r_ent.float(), atol=1e-5, rtol=1e-4)
     torch.testing.assert_close(grad, r_grad.float(), atol=1e-6, rtol=1e-4)
@@ -70,7 +88,9 @@ def test_logprobs_bf16_matches_fp32_math_on_bf16_values():
     r_logp, r_ent, r_grad = _fwd_bwd(token_logprobs_entropy_reference, full32, 128, ids, gl, gh)
     torch.testing.assert_close(logp, r_logp, atol=1e-4, rtol=1e-4)
     torch.testing.assert_close(ent, r_ent, atol=1e-4, rtol=1e-4)
-    torch.testing.assert_close(grad.float(), r_grad, atol=1e-5, rtol=1e-2)  # bf16 rounding of the gradient
+    torch.testing.assert_close(
+        grad.float(), r_grad, atol=1e-5, rtol=1e-2
+    )  # bf16 rounding of the gradient
 
 
 def test_logprobs_triton_matches_torch_chunked_path_on_cuda(monkeypatch):
@@ -149,13 +169,18 @@ def test_policy_loss(kl_estimator, tis, adv_per_token):
     old = logp + torch.randn(B, T, generator=g, device=DEV) * 0.3
     old[:, ::5] = logp[:, ::5]
     adv = torch.randn((B, T) if adv_per_token else (B,), generator=g, device=DEV)
-    mask = torch.arange(T, device=DEV)[None] < torch.randint(1, T + 1, (B, 1), generator=g, device=DEV)
+    mask = torch.arange(T, device=DEV)[None] < torch.randint(
+        1, T + 1, (B, 1), generator=g, device=DEV
+    )
     kw = dict(eps_low=0.2, eps_high=0.28)
     if tis:
         kw["tis_weight"] = torch.rand(B, T, generator=g, device=DEV) * 2
     if kl_estimator:
-        kw.update(ref_logp=logp + 0.2 * torch.randn(B, T, generator=g, device=DEV), kl_coef=0.1,
-                  kl_estimator=kl_estimator)
+        kw.update(
+            ref_logp=logp + 0.2 * torch.randn(B, T, generator=g, device=DEV),
+            kl_coef=0.1,
+            kl_estimator=kl_estimator,
+        )
     x = logp.clone().requires_grad_(True)
     loss, stats = clipped_policy_loss(x, old, adv, mask, **kw)
     (grad,) = torch.autograd.grad(loss, x)

@@ -12,7 +12,9 @@ TOL = dict(atol=1e-5, rtol=1e-4)
 
 def _rewards(P, G, seed=0, degenerate=()):
     g = torch.Generator().manual_seed(seed)
-    r = torch.randint(0, 4, (P, G), generator=g).float() * 0.5 + torch.rand(P, G, generator=g) * (torch.rand(P, 1, generator=g) > 0.5)
+    r = torch.randint(0, 4, (P, G), generator=g).float() * 0.5 + torch.rand(P, G, generator=g) * (
+        torch.rand(P, 1, generator=g) > 0.5
+    )
     for p in degenerate:
         r[p] = 0.3 * (p + 1)  # all equal: 0.3 * k is inexact in binary, so the mean is not exact
     return r

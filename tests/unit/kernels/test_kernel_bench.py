@@ -45,7 +45,11 @@ def test_bench_providers_run_and_agree(module, monkeypatch, launches):
             for name, (_, grads) in results.items():
                 for a, b in zip(grads, ref):
                     torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-4, msg=name)
-    assert "_logprobs_fwd_kernel" in launches or "_group_adv_kernel" in launches or "_policy_loss_fwd_kernel" in launches
+    assert (
+        "_logprobs_fwd_kernel" in launches
+        or "_group_adv_kernel" in launches
+        or "_policy_loss_fwd_kernel" in launches
+    )
 
 
 def test_bench_refuses_cpu_only_machine(monkeypatch):

@@ -57,7 +57,14 @@ def test_interpreter_restores_triton_stdlib(monkeypatch):
 
 
 def test_next_power_of_2():
-    assert [dispatch.next_power_of_2(n) for n in (1, 2, 3, 1000, 1024, 151_936)] == [1, 2, 4, 1024, 1024, 262_144]
+    assert [dispatch.next_power_of_2(n) for n in (1, 2, 3, 1000, 1024, 151_936)] == [
+        1,
+        2,
+        4,
+        1024,
+        1024,
+        262_144,
+    ]
 
 
 def test_import_needs_no_gpu_and_runs_interpreter_after_plain_import():
@@ -73,7 +80,9 @@ def test_import_needs_no_gpu_and_runs_interpreter_after_plain_import():
     )
     env = {k: v for k, v in os.environ.items() if k not in ("TRITON_INTERPRET", "BRORL_TRITON")}
     env["PYTHONPATH"] = str(ROOT)
-    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+    out = subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120
+    )
     assert out.returncode == 0, out.stderr
     assert out.stdout.startswith("ok")
 
@@ -81,7 +90,9 @@ def test_import_needs_no_gpu_and_runs_interpreter_after_plain_import():
 def test_kernels_are_jitted_lazily_and_triton_stays_in_kernels():
     """A module-level @triton.jit would freeze the interpreter choice at import (see dispatch)."""
     for path in (ROOT / "kernels").glob("*.py"):
-        decorated = [ln for ln in path.read_text().splitlines() if ln.lstrip().startswith("@triton.jit")]
+        decorated = [
+            ln for ln in path.read_text().splitlines() if ln.lstrip().startswith("@triton.jit")
+        ]
         assert not decorated, f"{path}: wrap kernels in dispatch.LazyKernel"
     # the CPU benchmark of the learner's log-prob path must run where triton is absent
     text = (ROOT / "bench" / "logprob_memory.py").read_text()

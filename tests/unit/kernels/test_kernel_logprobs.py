@@ -30,8 +30,15 @@ def _run(fn, full, T, ids, g_logp, g_ent, **kw):
 def _oracle(full, T, ids, g_logp, g_ent, temperature):
     """The reference evaluated in float64: the truth the fp32 paths must approach."""
     full64 = full.detach().double().requires_grad_(True)
-    logp, ent, grad = _run(token_logprobs_entropy_reference, full64, T, ids, g_logp.double(), g_ent.double(),
-                           temperature=temperature)
+    logp, ent, grad = _run(
+        token_logprobs_entropy_reference,
+        full64,
+        T,
+        ids,
+        g_logp.double(),
+        g_ent.double(),
+        temperature=temperature,
+    )
     return logp.float(), ent.float(), grad.float()
 
 
@@ -62,8 +69,16 @@ def test_reference_matches_scalar_math():
 )
 def test_forward_and_grads_match_reference(backend, B, T, V, pad, temperature, chunk):
     full, ids, g_logp, g_ent = _case(B, T, V, pad)
-    logp, ent, grad = _run(token_logprobs_entropy, full, T, ids, g_logp, g_ent,
-                           temperature=temperature, chunk_size=chunk)
+    logp, ent, grad = _run(
+        token_logprobs_entropy,
+        full,
+        T,
+        ids,
+        g_logp,
+        g_ent,
+        temperature=temperature,
+        chunk_size=chunk,
+    )
     ref_logp, ref_ent, ref_grad = _oracle(full, T, ids, g_logp, g_ent, temperature)
     assert logp.dtype == ent.dtype == torch.float32 and logp.shape == ent.shape == (B, T)
     torch.testing.assert_close(logp, ref_logp, **FWD)
@@ -101,7 +116,9 @@ def test_masked_vocabulary_columns(backend):
     live_idx = (~dead).nonzero().squeeze(1)
     ids = live_idx[torch.randint(0, live_idx.numel(), (2, 4))]
     z = full.detach().masked_fill(dead, float("-inf")).requires_grad_(True)
-    logp, ent, grad = _run(token_logprobs_entropy, z, 4, ids, g_logp, g_ent, temperature=1.5, chunk_size=64)
+    logp, ent, grad = _run(
+        token_logprobs_entropy, z, 4, ids, g_logp, g_ent, temperature=1.5, chunk_size=64
+    )
     remap = torch.full((600,), -1, dtype=torch.long)
     remap[live_idx] = torch.arange(live_idx.numel())
     live = full.detach()[..., live_idx].contiguous().requires_grad_(True)
@@ -138,10 +155,14 @@ def test_torch_path_bf16_logits(monkeypatch):
     z = full.detach().bfloat16().requires_grad_(True)
     logp, ent, grad = _run(token_logprobs_entropy, z, 3, ids, g_logp, g_ent, chunk_size=300)
     assert logp.dtype == torch.float32 and grad.dtype == torch.bfloat16
-    r_logp, r_ent, r_grad = _oracle(z.detach().float().requires_grad_(True), 3, ids, g_logp, g_ent, 1.0)
+    r_logp, r_ent, r_grad = _oracle(
+        z.detach().float().requires_grad_(True), 3, ids, g_logp, g_ent, 1.0
+    )
     torch.testing.assert_close(logp, r_logp, **FWD)
     torch.testing.assert_close(ent, r_ent, **FWD)
-    torch.testing.assert_close(grad.float(), r_grad, atol=1e-5, rtol=1e-2)  # bf16 rounding of the grad
+    torch.testing.assert_close(
+        grad.float(), r_grad, atol=1e-5, rtol=1e-2
+    )  # bf16 rounding of the grad
 
 
 def test_torch_path_keeps_no_vocab_sized_activation(monkeypatch):
@@ -166,8 +187,12 @@ def test_torch_path_keeps_no_vocab_sized_activation(monkeypatch):
 
 @pytest.mark.parametrize(
     "shape_z,shape_ids,kw",
-    [((2, 3, 5), (2, 4), {}), ((6, 5), (6,), {}), ((2, 3, 5), (2, 3), {"temperature": 0.0}),
-     ((2, 3, 5), (2, 3), {"chunk_size": 0})],
+    [
+        ((2, 3, 5), (2, 4), {}),
+        ((6, 5), (6,), {}),
+        ((2, 3, 5), (2, 3), {"temperature": 0.0}),
+        ((2, 3, 5), (2, 3), {"chunk_size": 0}),
+    ],
 )
 def test_rejects_bad_arguments(shape_z, shape_ids, kw):
     with pytest.raises(ValueError):

@@ -62,12 +62,20 @@ def test_reference_matches_scalar_math():
 @pytest.mark.parametrize("kl_estimator", [None, "k1", "k2", "k3"])
 def test_matches_reference(backend, kl_estimator, tis, adv_per_token):
     logp, old, adv, mask, ref, w = _batch(3, 37, seed=7, adv_per_token=adv_per_token)
-    kw = dict(eps_low=0.2, eps_high=0.28, tis_weight=w if tis else None)  # asymmetric (DAPO-style) clip
+    kw = dict(
+        eps_low=0.2, eps_high=0.28, tis_weight=w if tis else None
+    )  # asymmetric (DAPO-style) clip
     if kl_estimator is not None:
         kw.update(ref_logp=ref, kl_coef=0.1, kl_estimator=kl_estimator)
     loss, stats, grad = _run(clipped_policy_loss, logp, old, adv, mask, **kw)
-    r_loss, r_stats, r_grad = _run(clipped_policy_loss_reference, logp.double(), old.double(), adv.double(),
-                                   mask, **{k: (v.double() if torch.is_tensor(v) else v) for k, v in kw.items()})
+    r_loss, r_stats, r_grad = _run(
+        clipped_policy_loss_reference,
+        logp.double(),
+        old.double(),
+        adv.double(),
+        mask,
+        **{k: (v.double() if torch.is_tensor(v) else v) for k, v in kw.items()},
+    )
     torch.testing.assert_close(loss, r_loss.float(), **TOL)
     torch.testing.assert_close(grad, r_grad.float(), **TOL)
     assert stats.keys() == {"clip_frac", "ratio_mean", "kl"}
@@ -81,7 +89,9 @@ def test_matches_reference(backend, kl_estimator, tis, adv_per_token):
 def test_multi_block_token_count(backend):
     """More tokens than one Triton block (1024): partial sums across programs."""
     logp, old, adv, mask, ref, w = _batch(5, 517, seed=11)
-    kw = dict(eps_low=0.15, eps_high=0.25, ref_logp=ref, kl_coef=0.2, kl_estimator="k3", tis_weight=w)
+    kw = dict(
+        eps_low=0.15, eps_high=0.25, ref_logp=ref, kl_coef=0.2, kl_estimator="k3", tis_weight=w
+    )
     loss, stats, grad = _run(clipped_policy_loss, logp, old, adv, mask, **kw)
     r_loss, r_stats, r_grad = _run(clipped_policy_loss_reference, logp, old, adv, mask, **kw)
     torch.testing.assert_close(loss, r_loss, **TOL)
@@ -92,15 +102,23 @@ def test_multi_block_token_count(backend):
 
 def test_float_mask_and_all_masked(backend):
     logp, old, adv, mask, ref, _ = _batch(2, 9, seed=3)
-    loss, stats, grad = _run(clipped_policy_loss, logp, old, adv, mask.float(), ref_logp=ref, kl_coef=0.3)
-    r_loss, _, r_grad = _run(clipped_policy_loss_reference, logp, old, adv, mask, ref_logp=ref, kl_coef=0.3)
+    loss, stats, grad = _run(
+        clipped_policy_loss, logp, old, adv, mask.float(), ref_logp=ref, kl_coef=0.3
+    )
+    r_loss, _, r_grad = _run(
+        clipped_policy_loss_reference, logp, old, adv, mask, ref_logp=ref, kl_coef=0.3
+    )
     torch.testing.assert_close(loss, r_loss, **TOL)
     torch.testing.assert_close(grad, r_grad, **TOL)
-    loss, stats, grad = _run(clipped_policy_loss, logp, old, adv, torch.zeros_like(mask), ref_logp=ref)
+    loss, stats, grad = _run(
+        clipped_policy_loss, logp, old, adv, torch.zeros_like(mask), ref_logp=ref
+    )
     assert loss.item() == 0.0 and torch.all(grad == 0) and stats["ratio_mean"] == 0.0
 
 
-@pytest.mark.filterwarnings("ignore:invalid value encountered:RuntimeWarning")  # the interpreter's numpy
+@pytest.mark.filterwarnings(
+    "ignore:invalid value encountered:RuntimeWarning"
+)  # the interpreter's numpy
 def test_masked_garbage_does_not_leak(backend):
     """Padded positions may hold anything (inf, nan); they must not touch loss or grads."""
     logp, old, adv, mask, ref, _ = _batch(2, 13, seed=5)
@@ -108,8 +126,12 @@ def test_masked_garbage_does_not_leak(backend):
     dirty_old, dirty_ref = old.clone(), ref.clone()
     dirty_old[1, 8:] = float("-inf")
     dirty_ref[1, 8:] = float("nan")
-    loss, stats, grad = _run(clipped_policy_loss, logp, dirty_old, adv, mask, ref_logp=dirty_ref, kl_coef=0.1)
-    r_loss, r_stats, r_grad = _run(clipped_policy_loss_reference, logp, old, adv, mask, ref_logp=ref, kl_coef=0.1)
+    loss, stats, grad = _run(
+        clipped_policy_loss, logp, dirty_old, adv, mask, ref_logp=dirty_ref, kl_coef=0.1
+    )
+    r_loss, r_stats, r_grad = _run(
+        clipped_policy_loss_reference, logp, old, adv, mask, ref_logp=ref, kl_coef=0.1
+    )
     torch.testing.assert_close(loss, r_loss, **TOL)
     torch.testing.assert_close(grad, r_grad, **TOL)
     assert stats["kl"] == pytest.approx(r_stats["kl"], abs=1e-6)
@@ -118,8 +140,9 @@ def test_masked_garbage_does_not_leak(backend):
 def test_gradient_reaches_logp_only(backend):
     logp, old, adv, mask, ref, w = _batch(2, 8, seed=9)
     leaves = [x.clone().requires_grad_(True) for x in (logp, old, adv, ref, w)]
-    loss, stats = clipped_policy_loss(leaves[0], leaves[1], leaves[2], mask, ref_logp=leaves[3],
-                                      kl_coef=0.1, tis_weight=leaves[4])
+    loss, stats = clipped_policy_loss(
+        leaves[0], leaves[1], leaves[2], mask, ref_logp=leaves[3], kl_coef=0.1, tis_weight=leaves[4]
+    )
     loss.backward()
     assert leaves[0].grad is not None and all(x.grad is None for x in leaves[1:])
     assert all(not v.requires_grad for v in stats.values())

@@ -1,4 +1,3 @@
-import math
 
 import pytest
 import torch
@@ -9,13 +8,27 @@ from services.learner.batch import advantages_of, build_batch
 from services.learner.losses import truncate_logits
 
 
-def group(gid, prompt_ids, completions, rewards, part=0, parts=1, offset=0, temperature=1.0, version=0):
-    g = common_pb2.PathGroup(group_id=gid, prompt_token_ids=prompt_ids, part_index=part, part_count=parts,
-                             generated=len(completions), weight_version=version)
+def group(
+    gid, prompt_ids, completions, rewards, part=0, parts=1, offset=0, temperature=1.0, version=0
+):
+    g = common_pb2.PathGroup(
+        group_id=gid,
+        prompt_token_ids=prompt_ids,
+        part_index=part,
+        part_count=parts,
+        generated=len(completions),
+        weight_version=version,
+    )
     for i, (toks, r) in enumerate(zip(completions, rewards)):
-        g.paths.add(path_id=f"{gid}/{offset + i}", token_ids=toks, logprobs=[-0.1 * (j + 1) for j in range(len(toks))],
-                    reward=r, weight_version=version, worker=f"w{part}",
-                    sampling=common_pb2.SamplingParams(temperature=temperature, top_k=-1, top_p=1.0))
+        g.paths.add(
+            path_id=f"{gid}/{offset + i}",
+            token_ids=toks,
+            logprobs=[-0.1 * (j + 1) for j in range(len(toks))],
+            reward=r,
+            weight_version=version,
+            worker=f"w{part}",
+            sampling=common_pb2.SamplingParams(temperature=temperature, top_k=-1, top_p=1.0),
+        )
     return g
 
 
@@ -25,16 +38,24 @@ def test_batch_aligns_completion_tokens_with_their_predicting_positions():
     adv = advantages_of([g1, g2], normalize_std=False)
     batch = build_batch([g1, g2], adv, pad_id=0)
     assert batch.input_ids.shape == (3, 5)
-    for b, (prompt, completion) in enumerate([([5, 6, 7], [1, 2]), ([5, 6, 7], [3]), ([8], [4, 4, 4, 2])]):
+    for b, (prompt, completion) in enumerate(
+        [([5, 6, 7], [1, 2]), ([5, 6, 7], [3]), ([8], [4, 4, 4, 2])]
+    ):
         positions = batch.loss_mask[b].nonzero().flatten().tolist()
         assert positions == list(range(len(prompt) - 1, len(prompt) - 1 + len(completion)))
         assert batch.targets[b, positions].tolist() == completion
-        assert batch.sampling_logp[b, positions].tolist() == pytest.approx([-0.1 * (j + 1) for j in range(len(completion))])
+        assert batch.sampling_logp[b, positions].tolist() == pytest.approx(
+            [-0.1 * (j + 1) for j in range(len(completion))]
+        )
     assert batch.advantages.tolist() == pytest.approx([0.5, -0.5, 0.0])
 
 
 def test_advantages_for_groups_of_different_sizes():
-    groups = [group("a", [1], [[1]] * 3, [1, 0, 0]), group("b", [1], [[1]] * 2, [0, 1]), group("c", [1], [[1]] * 3, [1, 1, 0])]
+    groups = [
+        group("a", [1], [[1]] * 3, [1, 0, 0]),
+        group("b", [1], [[1]] * 2, [0, 1]),
+        group("c", [1], [[1]] * 3, [1, 1, 0]),
+    ]
     adv = advantages_of(groups, normalize_std=True)
     assert [len(a) for a in adv] == [3, 2, 3]
     for a, g in zip(adv, groups):
@@ -51,7 +72,7 @@ def reference_truncation(scaled, top_k, top_p):
             row = scaled[b, t]
             order = row.argsort(descending=True).tolist()
             if top_k[b] > 0:
-                order = order[:top_k[b]]
+                order = order[: top_k[b]]
             probs = torch.softmax(row[order], 0).tolist()
             kept, mass = [], 0.0
             for idx, p in zip(order, probs):
@@ -80,7 +101,7 @@ def test_fanned_out_group_is_reassembled_exactly_once():
     p0 = group("g", [1], [[1]] * 512, [1.0] * 512, part=0, parts=2, offset=0, version=3)
     p1 = group("g", [1], [[2]] * 512, [0.0] * 512, part=1, parts=2, offset=512, version=2)
     assert asm.add(p1, "e1") == (None, [], False)
-    assert asm.add(p1, "e1-again")[2] is True          # duplicate part
+    assert asm.add(p1, "e1-again")[2] is True  # duplicate part
     merged, entries, dup = asm.add(p0, "e0")
     assert not dup and entries == ["e0", "e1"]
     ids = [p.path_id for p in merged.paths]
@@ -121,4 +142,6 @@ def test_learner_logprobs_use_each_paths_temperature_and_cutoff():
         want = torch.log_softmax(scaled, -1).gather(-1, batch.targets[b, :, None]).squeeze(-1)
         mask = batch.loss_mask[b] > 0
         assert torch.allclose(logp[b][mask], want[mask], atol=1e-5)
-    assert not torch.allclose(logp[0][batch.loss_mask[0] > 0], logp[1][batch.loss_mask[1] > 0], atol=1e-2)
+    assert not torch.allclose(
+        logp[0][batch.loss_mask[0] > 0], logp[1][batch.loss_mask[1] > 0], atol=1e-2
+    )

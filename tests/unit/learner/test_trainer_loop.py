@@ -1,5 +1,6 @@
 """The learner loop's intake rules, driven without Redis, vLLM or DeepSpeed: an in-memory
 queue, a fake rollout that answers prompt jobs, and a policy that records what it was given."""
+
 from __future__ import annotations
 
 import json
@@ -23,7 +24,10 @@ class RecordingPolicy:
 
     def update(self, groups) -> dict[str, float]:
         self.updates.append(list(groups))
-        return {"learner/loss": 0.0, "learner/nonzero_paths": float(sum(len(g.paths) for g in groups))}
+        return {
+            "learner/loss": 0.0,
+            "learner/nonzero_paths": float(sum(len(g.paths) for g in groups)),
+        }
 
     def save_weights(self, directory: Path) -> None:
         (directory / "model.safetensors").write_bytes(b"w")
@@ -40,48 +44,79 @@ class RecordingPolicy:
         raise FileNotFoundError(directory)
 
 
-def fake_rollout(rewards, version_of=lambda job, current: current, repeat=lambda job: 1, order=None):
+def fake_rollout(
+    rewards, version_of=lambda job, current: current, repeat=lambda job: 1, order=None
+):
     """Answer every pending prompt job: ``rewards(job)`` gives the part's rewards; each group is
     tagged with ``version_of(job, newest published version)``; ``repeat(job)`` publications of
     the same result (a duplicate delivery); ``order`` may reorder a batch of answers."""
+
     def answer(ch: MemoryChannels) -> None:
         jobs = []
         while ch.prompts.new:
             [d] = ch.prompts.read(count=1)
             jobs.append((d, common_pb2.PromptJob.FromString(d.data)))
-        for d, job in (order(jobs) if order else jobs):
+        for d, job in order(jobs) if order else jobs:
             r = rewards(job)
             group = common_pb2.PathGroup(
-                run_id=ch.run_id, group_id=job.group_id, prompt_id=job.prompt_id,
-                prompt_token_ids=[3, 4], weight_version=version_of(job, ch.read_weights().version),
-                part_index=job.part_index, part_count=job.part_count, generated=len(r))
+                run_id=ch.run_id,
+                group_id=job.group_id,
+                prompt_id=job.prompt_id,
+                prompt_token_ids=[3, 4],
+                weight_version=version_of(job, ch.read_weights().version),
+                part_index=job.part_index,
+                part_count=job.part_count,
+                generated=len(r),
+            )
             for i, reward in enumerate(r):
-                group.paths.add(path_id=f"{job.group_id}/{job.path_offset + i}", group_id=job.group_id,
-                                token_ids=[5, 6], logprobs=[-0.5, -0.5], reward=reward,
-                                weight_version=group.weight_version, sampling=job.sampling,
-                                worker=f"w{job.part_index}")
+                group.paths.add(
+                    path_id=f"{job.group_id}/{job.path_offset + i}",
+                    group_id=job.group_id,
+                    token_ids=[5, 6],
+                    logprobs=[-0.5, -0.5],
+                    reward=reward,
+                    weight_version=group.weight_version,
+                    sampling=job.sampling,
+                    worker=f"w{job.part_index}",
+                )
             for _ in range(repeat(job)):
-                ch.paths.put(group.SerializeToString())   # a re-sent job's group arrives again
+                ch.paths.put(group.SerializeToString())  # a re-sent job's group arrives again
             ch.prompts.ack(d.entry_id)
+
     return answer
 
 
-def run_trainer(tmp_path, rollout, **overrides) -> tuple[RecordingPolicy, list[dict], MemoryChannels]:
+def run_trainer(
+    tmp_path, rollout, **overrides
+) -> tuple[RecordingPolicy, list[dict], MemoryChannels]:
     data = tmp_path / "train.jsonl"
-    data.write_text("".join(json.dumps({"prompt": f"{i}+1=", "reference": str(i + 1)}) + "\n"
-                            for i in range(20)))
-    cfg = {"model": str(tmp_path), "data": {"train_path": str(data)},
-           "sampling": {"n": 4, "top_k": -1, "top_p": 1.0},
-           "train": {"steps": 3, "groups_per_step": 2},
-           "async": {"max_inflight_groups": 4, "group_timeout_s": 5}}
+    data.write_text(
+        "".join(
+            json.dumps({"prompt": f"{i}+1=", "reference": str(i + 1)}) + "\n" for i in range(20)
+        )
+    )
+    cfg = {
+        "model": str(tmp_path),
+        "data": {"train_path": str(data)},
+        "sampling": {"n": 4, "top_k": -1, "top_p": 1.0},
+        "train": {"steps": 3, "groups_per_step": 2},
+        "async": {"max_inflight_groups": 4, "group_timeout_s": 5},
+    }
     for section, values in overrides.items():
         cfg[section] = {**cfg.get(section, {}), **values}
     run_dir = tmp_path / "run"
     run_dir.mkdir()
     channels, policy = MemoryChannels("r1", rollout), RecordingPolicy()
     state = RunState("r1", run_dir, cfg["train"]["steps"])
-    trainer = Trainer("r1", RunConfig.model_validate(cfg), state, channels, MemoryRegistry(),
-                      WeightStore(tmp_path / "weights"), lambda: policy)
+    trainer = Trainer(
+        "r1",
+        RunConfig.model_validate(cfg),
+        state,
+        channels,
+        MemoryRegistry(),
+        WeightStore(tmp_path / "weights"),
+        lambda: policy,
+    )
     trainer.run()
     metrics = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     return policy, [m for m in metrics if "learner/loss" in m], channels
@@ -95,7 +130,7 @@ def test_every_group_is_trained_once_and_all_entries_are_acked(tmp_path):
     policy, steps, channels = run_trainer(tmp_path, fake_rollout(mixed))
     ids = [g.group_id for update in policy.updates for g in update]
     assert len(policy.updates) == 3 and len(ids) == 6 and len(set(ids)) == 6
-    assert not channels.paths.pending   # used groups are acked after their update
+    assert not channels.paths.pending  # used groups are acked after their update
     assert [p.version for p in channels.pointers] == [0, 1, 2, 3]
 
 
@@ -110,8 +145,10 @@ def test_stale_groups_are_dropped_and_counted(tmp_path):
     # every third group comes from weights 3 versions old; the bound is 1
     def version_of(job, current):
         return current - 3 if int(job.group_id[1:]) % 3 == 0 else current
-    policy, steps, _ = run_trainer(tmp_path, fake_rollout(mixed, version_of=version_of),
-                                   **{"async": {"max_staleness": 1}})
+
+    policy, steps, _ = run_trainer(
+        tmp_path, fake_rollout(mixed, version_of=version_of), **{"async": {"max_staleness": 1}}
+    )
     trained = [g for update in policy.updates for g in update]
     assert trained and all(int(g.group_id[1:]) % 3 != 0 for g in trained)
     assert steps[-1]["learner/dropped_stale"] >= 2
@@ -120,8 +157,9 @@ def test_stale_groups_are_dropped_and_counted(tmp_path):
 
 
 def test_groups_with_all_rewards_equal_are_skipped(tmp_path):
-    def rewards(job):   # even groups: every path right; odd groups: a mix
+    def rewards(job):  # even groups: every path right; odd groups: a mix
         return [1.0] * job.sampling.n if int(job.group_id[1:]) % 2 == 0 else mixed(job)
+
     policy, steps, _ = run_trainer(tmp_path, fake_rollout(rewards))
     trained = [g for update in policy.updates for g in update]
     assert len(trained) == 6 and all(int(g.group_id[1:]) % 2 == 1 for g in trained)
@@ -130,16 +168,24 @@ def test_groups_with_all_rewards_equal_are_skipped(tmp_path):
 
 def test_a_run_of_degenerate_groups_fails_with_a_message(tmp_path):
     with pytest.raises(RuntimeError, match="3 groups in a row had all rewards equal"):
-        run_trainer(tmp_path, fake_rollout(lambda job: [0.0] * job.sampling.n),
-                    **{"async": {"max_degenerate_streak": 3}})
+        run_trainer(
+            tmp_path,
+            fake_rollout(lambda job: [0.0] * job.sampling.n),
+            **{"async": {"max_degenerate_streak": 3}},
+        )
 
 
 def test_fanned_out_parts_are_reassembled_in_any_order(tmp_path):
     # n = 8 in parts of 3, 3, 2 answered newest-first, and one part delivered twice
     policy, steps, _ = run_trainer(
-        tmp_path, fake_rollout(mixed, repeat=lambda job: 2 if job.part_index == 1 else 1,
-                               order=lambda jobs: list(reversed(jobs))),
-        sampling={"n": 8, "max_paths_per_job": 3})
+        tmp_path,
+        fake_rollout(
+            mixed,
+            repeat=lambda job: 2 if job.part_index == 1 else 1,
+            order=lambda jobs: list(reversed(jobs)),
+        ),
+        sampling={"n": 8, "max_paths_per_job": 3},
+    )
     trained = [g for update in policy.updates for g in update]
     assert len(trained) == 6
     for g in trained:
@@ -153,6 +199,7 @@ def test_step_metrics_describe_every_group_of_the_step(tmp_path):
     def rewards(job):
         k = int(job.group_id[1:]) + 1
         return [k / 10] * (job.sampling.n - 1) + [0.0]
+
     policy, steps, _ = run_trainer(tmp_path, fake_rollout(rewards))
     for update, m in zip(policy.updates, steps):
         every = [p.reward for g in update for p in g.paths]

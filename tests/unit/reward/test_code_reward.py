@@ -5,26 +5,38 @@ import signal
 import pytest
 
 from services.reward.base import ScoreItem
-from services.reward.functions.code_reward import CodeReward, extract_code, interpret, parse_reference
+from services.reward.functions.code_reward import (
+    CodeReward,
+    extract_code,
+    interpret,
+    parse_reference,
+)
 from services.reward.config import CodeSpec
 
 
 def test_reference_formats():
-    assert parse_reference('{"tests": ["assert f(1) == 2"], "setup": "import math"}') == \
-        ("import math", ["assert f(1) == 2"])
+    assert parse_reference('{"tests": ["assert f(1) == 2"], "setup": "import math"}') == (
+        "import math",
+        ["assert f(1) == 2"],
+    )
     assert parse_reference('["assert a", "assert b"]') == ("", ["assert a", "assert b"])
-    assert parse_reference("assert f(1) == 2\n# comment\n\nassert f(2) == 3") == \
-        ("", ["assert f(1) == 2", "assert f(2) == 3"])
+    assert parse_reference("assert f(1) == 2\n# comment\n\nassert f(2) == 3") == (
+        "",
+        ["assert f(1) == 2", "assert f(2) == 3"],
+    )
 
 
-@pytest.mark.parametrize("ref,fix", [
-    ("{not json", "does not parse"),
-    ('{"tests": []}', "no tests"),
-    ('{"tests": "assert x"}', "list of strings"),
-    ('{"tests": ["assert x"], "extra": 1}', "unknown reference keys"),
-    ('{"tests": ["assert x"], "setup": 3}', "setup"),
-    ("", "no tests"),
-])
+@pytest.mark.parametrize(
+    "ref,fix",
+    [
+        ("{not json", "does not parse"),
+        ('{"tests": []}', "no tests"),
+        ('{"tests": "assert x"}', "list of strings"),
+        ('{"tests": ["assert x"], "extra": 1}', "unknown reference keys"),
+        ('{"tests": ["assert x"], "setup": 3}', "setup"),
+        ("", "no tests"),
+    ],
+)
 def test_bad_references_say_what_to_write(ref, fix):
     with pytest.raises(ValueError, match=fix):
         parse_reference(ref)
@@ -37,7 +49,17 @@ def test_extract_code_takes_the_last_fenced_block():
 
 
 def _answer(*lines, **kw):
-    return dict({"exit": 0, "signal": None, "wall_s": 0.01, "cpu_s": 0.01, "killed": "", "lines": list(lines)}, **kw)
+    return dict(
+        {
+            "exit": 0,
+            "signal": None,
+            "wall_s": 0.01,
+            "cpu_s": 0.01,
+            "killed": "",
+            "lines": list(lines),
+        },
+        **kw,
+    )
 
 
 SYN, RUN, DONE = {"stage": "syntax", "ok": True}, {"stage": "run", "ok": True}, {"stage": "done"}
@@ -47,20 +69,39 @@ def _test(i, ok, error=None):
     return {"stage": "test", "index": i, "ok": ok, "error": error}
 
 
-@pytest.mark.parametrize("mode,reward", [("binary", 0.0), ("partial", 2 / 3), ("shaped", 0.1 + 0.2 + 0.7 * 2 / 3)])
+@pytest.mark.parametrize(
+    "mode,reward", [("binary", 0.0), ("partial", 2 / 3), ("shaped", 0.1 + 0.2 + 0.7 * 2 / 3)]
+)
 def test_modes(mode, reward):
-    s = interpret(_answer(SYN, RUN, _test(0, True), _test(1, True), _test(2, False, {"type": "AssertionError"}), DONE),
-                  3, CodeSpec(mode=mode))
+    s = interpret(
+        _answer(
+            SYN,
+            RUN,
+            _test(0, True),
+            _test(1, True),
+            _test(2, False, {"type": "AssertionError"}),
+            DONE,
+        ),
+        3,
+        CodeSpec(mode=mode),
+    )
     assert s.status == "ok" and s.reward == pytest.approx(reward)
     assert s.components["tests_passed"] == 2 and "1/3 tests failed" in s.detail
 
 
 def test_intermediate_rewards_for_syntax_and_runtime_errors():
     shaped = CodeSpec(mode="shaped")
-    bad_syntax = interpret(_answer({"stage": "syntax", "ok": False, "error": {"type": "SyntaxError"}}), 2, shaped)
-    assert bad_syntax.reward == 0 and bad_syntax.status == "ok" and "syntax error" in bad_syntax.detail
-    raised = interpret(_answer(SYN, {"stage": "run", "ok": False, "error": {"type": "NameError", "message": "x"}}),
-                       2, shaped)
+    bad_syntax = interpret(
+        _answer({"stage": "syntax", "ok": False, "error": {"type": "SyntaxError"}}), 2, shaped
+    )
+    assert (
+        bad_syntax.reward == 0 and bad_syntax.status == "ok" and "syntax error" in bad_syntax.detail
+    )
+    raised = interpret(
+        _answer(SYN, {"stage": "run", "ok": False, "error": {"type": "NameError", "message": "x"}}),
+        2,
+        shaped,
+    )
     assert raised.reward == pytest.approx(0.1) and "NameError" in raised.detail
 
 
@@ -69,11 +110,30 @@ def test_limits_and_denials_score_zero_with_the_reason():
     cases = [
         (_answer(SYN, killed="wall", signal=signal.SIGKILL), "timeout", "wall-time"),
         (_answer(SYN, signal=signal.SIGXCPU), "timeout", "CPU-time"),
-        (_answer(SYN, {"stage": "run", "ok": False, "error": {"type": "MemoryError"}}), "error", "memory limit"),
-        (_answer(SYN, RUN, _test(0, False, {"type": "OSError", "errno": 101, "message": "Network is unreachable"})),
-         "error", "network"),
-        (_answer(SYN, {"stage": "run", "ok": False, "error": {"type": "BlockingIOError", "errno": 11}}),
-         "error", "process limit"),
+        (
+            _answer(SYN, {"stage": "run", "ok": False, "error": {"type": "MemoryError"}}),
+            "error",
+            "memory limit",
+        ),
+        (
+            _answer(
+                SYN,
+                RUN,
+                _test(
+                    0, False, {"type": "OSError", "errno": 101, "message": "Network is unreachable"}
+                ),
+            ),
+            "error",
+            "network",
+        ),
+        (
+            _answer(
+                SYN,
+                {"stage": "run", "ok": False, "error": {"type": "BlockingIOError", "errno": 11}},
+            ),
+            "error",
+            "process limit",
+        ),
         (_answer(SYN, signal=signal.SIGSEGV), "error", "SIGSEGV"),
         (_answer(SYN, RUN), "error", "exited before the tests finished"),
         ({"runner_error": "sandbox runner exited"}, "error", "runner exited"),

@@ -3,45 +3,57 @@ import time
 import pytest
 
 from services.reward.base import ScoreItem
-from services.reward.functions.math_verifier import FormatReward, MathAnswer, answers_match, extract_answer, to_number
+from services.reward.functions.math_verifier import (
+    FormatReward,
+    MathAnswer,
+    answers_match,
+    extract_answer,
+    to_number,
+)
 
 
-@pytest.mark.parametrize("text,answer", [
-    ("432", "432"),
-    ("  -17 ", "-17"),
-    ("so the total is \\boxed{\\frac{1}{2}}.", "\\frac{1}{2}"),
-    ("\\boxed{x^{2}} then \\boxed{42}", "42"),
-    ("The answer is 3/4.", "3/4"),
-    ("answer: 7 apples", "7"),
-    ("we get 12, then 13 more", "13"),
-    ("$\\pi/2$", "$\\pi/2$"),
-    ("no digits here", None),
-])
+@pytest.mark.parametrize(
+    "text,answer",
+    [
+        ("432", "432"),
+        ("  -17 ", "-17"),
+        ("so the total is \\boxed{\\frac{1}{2}}.", "\\frac{1}{2}"),
+        ("\\boxed{x^{2}} then \\boxed{42}", "42"),
+        ("The answer is 3/4.", "3/4"),
+        ("answer: 7 apples", "7"),
+        ("we get 12, then 13 more", "13"),
+        ("$\\pi/2$", "$\\pi/2$"),
+        ("no digits here", None),
+    ],
+)
 def test_extract_answer(text, answer):
     assert extract_answer(text) == answer
 
 
-@pytest.mark.parametrize("pred,ref,ok", [
-    ("432", "432", True),
-    ("431", "432", False),
-    ("1,234", "1234", True),
-    ("0.5", "1/2", True),
-    ("\\frac{3}{4}", "0.75", True),
-    ("\\dfrac{3}{4}", "3/4", True),
-    ("50%", "0.5", True),
-    ("50%", "50", True),           # the question may ask for the percent
-    ("0.333", "1/3", False),       # rounding is not equality
-    ("3.0", "3", True),
-    ("x = 5", "5", True),
-    ("5^\\circ", "5", True),
-    ("2\\sqrt{2}", "\\sqrt{8}", True),
-    ("x^2+2x+1", "(x+1)^2", True),
-    ("x^2+2x", "(x+1)^2", False),
-    ("\\frac{\\sqrt{3}}{2}", "\\sin(\\pi/3)", True),
-    ("2x", "x+x", True),
-    ("(1, 2)", "1,2", True),
-    ("(2, 1)", "1,2", False),
-])
+@pytest.mark.parametrize(
+    "pred,ref,ok",
+    [
+        ("432", "432", True),
+        ("431", "432", False),
+        ("1,234", "1234", True),
+        ("0.5", "1/2", True),
+        ("\\frac{3}{4}", "0.75", True),
+        ("\\dfrac{3}{4}", "3/4", True),
+        ("50%", "0.5", True),
+        ("50%", "50", True),  # the question may ask for the percent
+        ("0.333", "1/3", False),  # rounding is not equality
+        ("3.0", "3", True),
+        ("x = 5", "5", True),
+        ("5^\\circ", "5", True),
+        ("2\\sqrt{2}", "\\sqrt{8}", True),
+        ("x^2+2x+1", "(x+1)^2", True),
+        ("x^2+2x", "(x+1)^2", False),
+        ("\\frac{\\sqrt{3}}{2}", "\\sin(\\pi/3)", True),
+        ("2x", "x+x", True),
+        ("(1, 2)", "1,2", True),
+        ("(2, 1)", "1,2", False),
+    ],
+)
 def test_answers_match_numeric_and_symbolic(pred, ref, ok):
     assert answers_match(pred, ref) is ok
 
@@ -77,14 +89,27 @@ def test_math_answer_without_answer():
 
 
 def test_format_reward_default_and_custom_pattern():
-    items = [ScoreItem("a", "", "42", ""), ScoreItem("b", "", "\\boxed{7}", ""), ScoreItem("c", "", "it is 4", "")]
+    items = [
+        ScoreItem("a", "", "42", ""),
+        ScoreItem("b", "", "\\boxed{7}", ""),
+        ScoreItem("c", "", "it is 4", ""),
+    ]
     assert [s.reward for s in FormatReward().score_batch(items)] == [1.0, 1.0, 0.0]
-    assert [s.reward for s in FormatReward("f", r"^it is \d+$").score_batch(items)] == [0.0, 0.0, 1.0]
+    assert [s.reward for s in FormatReward("f", r"^it is \d+$").score_batch(items)] == [
+        0.0,
+        0.0,
+        1.0,
+    ]
 
 
 def test_exact_match_is_stricter_than_math_answer():
     from services.reward.base import ScoreItem
     from services.reward.functions.math_verifier import ExactMatch, MathAnswer
-    items = [ScoreItem("a", "", "098", "98"), ScoreItem("b", "", " 98 ", "98"), ScoreItem("c", "", "97", "98")]
+
+    items = [
+        ScoreItem("a", "", "098", "98"),
+        ScoreItem("b", "", " 98 ", "98"),
+        ScoreItem("c", "", "97", "98"),
+    ]
     assert [s.reward for s in ExactMatch().score_batch(items)] == [0.0, 1.0, 0.0]
     assert [s.reward for s in MathAnswer().score_batch(items)] == [1.0, 1.0, 0.0]

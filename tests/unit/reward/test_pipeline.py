@@ -7,6 +7,7 @@ from services.reward.registry import Registry
 
 class CountingScorer:
     """An 'expensive' scorer that records which completions reached it."""
+
     name, description = "expensive", "counts calls"
 
     def __init__(self, reward: float = 5.0):
@@ -31,12 +32,18 @@ def items(*completions):
 
 
 def test_expensive_scorer_sees_only_paths_that_pass_cheap_checks():
-    registry, scorer = make(gates={"format": 1.0}, min_chars=1, forbid_regex=["13"], fail_reward=-1.0)
+    registry, scorer = make(
+        gates={"format": 1.0}, min_chars=1, forbid_regex=["13"], fail_reward=-1.0
+    )
     scores = registry.score("p", items("42", "not a number", "", "13", "7"))
     assert scorer.seen == ["42", "7"]
-    assert [s.reward for s in scores] == [3.0, -1.0, -1.0, -1.0, 3.0]          # clipped to the default ±3
+    assert [s.reward for s in scores] == [3.0, -1.0, -1.0, -1.0, 3.0]  # clipped to the default ±3
     assert [s.components["exit_stage"] for s in scores] == [3.0, 2.0, 1.0, 1.0, 3.0]
-    assert "gate format" in scores[1].detail and "min_chars" in scores[2].detail and "forbid_regex" in scores[3].detail
+    assert (
+        "gate format" in scores[1].detail
+        and "min_chars" in scores[2].detail
+        and "forbid_regex" in scores[3].detail
+    )
     assert scores[0].components["gate/format"] == 1.0 and scores[0].components["raw"] == 5.0
     assert all(s.status == "ok" for s in scores)
 
@@ -44,9 +51,13 @@ def test_expensive_scorer_sees_only_paths_that_pass_cheap_checks():
 def test_safety_filters_come_first():
     registry, scorer = make(sensitive_words=["password"], max_chars=5, filtered_reward=-0.5)
     scores = registry.score("p", items("my PASSWORD is", "123456789", "abcde password"))
-    assert scores[0].status == "filtered" and scores[0].reward == -0.5 and "PASSWORD" in scores[0].detail
+    assert (
+        scores[0].status == "filtered"
+        and scores[0].reward == -0.5
+        and "PASSWORD" in scores[0].detail
+    )
     assert scores[1].status == "ok" and scores[1].components["truncated"] == 1.0
-    assert scores[2].status == "filtered"                 # past max_chars, but the policy still wrote it
+    assert scores[2].status == "filtered"  # past max_chars, but the policy still wrote it
     assert scorer.seen == ["12345"]
 
 
