@@ -13,9 +13,11 @@ demo: setup
 
 test: setup
 	@bash scripts/ensure_redis.sh
+	$(PY) -m ruff check .
 	$(PY) -m pytest -q --durations=15 tests
 
 test-fast: setup
+	$(PY) -m ruff check .
 	$(PY) -m pytest -q tests -m "not slow"
 
 test-gpu:

@@ -118,7 +118,8 @@ def run(title: str, module: Any, args: argparse.Namespace) -> list[dict]:
                     )
                 except Exception as exc:  # e.g. out of memory for the naive path on huge shapes
                     print(
-                        f"{str(case):<44} {mode:<8} {name:<14} failed: {type(exc).__name__}: {str(exc)[:80]}"
+                        f"{str(case):<44} {mode:<8} {name:<14} failed: "
+                        f"{type(exc).__name__}: {str(exc)[:80]}"
                     )
                     torch.cuda.empty_cache()
                     continue

@@ -2,10 +2,11 @@
 
     python bench/reward.py [--repeats 10] [--paths 512] [--wall-s 2.0]
 
-A real gRPC server on 127.0.0.1:0 in this process. Math paths are short integer answers (the RL demo's
-shape); code paths are small Python functions, a quarter of them wrong, run against three unit tests in
-the sandbox with 2 s wall / 2 s CPU limits. One warm-up call each (it starts the sandbox), then
-``repeats`` timed calls; p50/p95 are over those calls' wall-clock latency seen by the client.
+A real gRPC server on 127.0.0.1:0 in this process. Math paths are short integer answers (the RL
+demo's shape); code paths are small Python functions, a quarter of them wrong, run against three
+unit tests in the sandbox with 2 s wall / 2 s CPU limits. One warm-up call each (it starts the
+sandbox), then ``repeats`` timed calls; p50/p95 are over those calls' wall-clock latency seen by the
+client.
 """
 
 from __future__ import annotations

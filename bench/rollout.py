@@ -178,7 +178,8 @@ def main() -> None:
                 "speedup_service_vs_transformers": one["tokens_per_s"] / hf["tokens_per_s"],
                 "samples_per_s_ratio_one_512_vs_32x16": one["samples_per_s"]
                 / svc[f"{args.n // 16}_requests_of_16"]["samples_per_s"],
-                # decode FLOPs per token ~ 2 * parameters (attention over <= 64 positions is negligible)
+                # decode FLOPs per token ~ 2 * parameters
+                # (attention over <= 64 positions is negligible)
                 "_flops": one["tokens_per_s"] * 2 * params,
             }
     # measured before and after the generation runs; the larger is the roofline's peak

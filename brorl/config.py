@@ -19,7 +19,8 @@ from brorl.errors import InvalidArgument
 
 
 class StrictModel(BaseModel):
-    """Base for every config section: unknown keys are an error, values are validated on assignment."""
+    """Base for every config section: unknown keys are an error, values are validated on
+    assignment."""
 
     model_config = ConfigDict(extra="forbid", validate_assignment=True)
 

@@ -127,7 +127,8 @@ def from_config(schedule_config: Mapping[str, Any]) -> Schedule:
     parameters take the defaults of constant/staged/linear."""
     if not isinstance(schedule_config, Mapping):
         raise ValueError(
-            f"a temperature schedule config must be a mapping with a 'kind', got {schedule_config!r}"
+            "a temperature schedule config must be a mapping with a 'kind', "
+            f"got {schedule_config!r}"
         )
     kind = schedule_config.get("kind")
     if kind not in _KINDS:

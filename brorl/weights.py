@@ -97,7 +97,8 @@ class WeightStore:
         digest = sha256_file(path / MANIFEST)
         if digest != pointer.sha256:
             raise FailedPrecondition(
-                f"weight version {pointer.version}: manifest sha256 {digest} != pointer {pointer.sha256}"
+                f"weight version {pointer.version}: manifest sha256 {digest} "
+                f"!= pointer {pointer.sha256}"
             )
         manifest = json.loads((path / MANIFEST).read_text())
         for name, info in manifest["files"].items():

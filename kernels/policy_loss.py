@@ -4,7 +4,8 @@ Per token, with A the advantage, w the (detached) truncated importance weight:
 
     ratio = exp(logp - old_logp)
     pg    = -min(ratio A, clip(ratio, 1 - eps_low, 1 + eps_high) A) * w
-    kl    = k1: logp - ref          k2: (logp - ref)^2 / 2          k3: exp(ref - logp) - 1 + (logp - ref)
+    kl    = k1: logp - ref          k2: (logp - ref)^2 / 2
+            k3: exp(ref - logp) - 1 + (logp - ref)
     loss  = sum(mask * (pg + kl_coef kl)) / max(sum(mask), 1)          (token-level masked mean)
 
 d loss / d logp per token = mask / den * ( -[ratio A <= clip(ratio) A] A ratio w + kl_coef dkl ),
@@ -338,7 +339,8 @@ def clipped_policy_loss(
             )
     if advantages.shape not in (logp.shape, logp.shape[:1]):
         raise ValueError(
-            f"advantages must be (B,) or (B, T) for logp {tuple(logp.shape)}, got {tuple(advantages.shape)}"
+            f"advantages must be (B,) or (B, T) for logp {tuple(logp.shape)}, "
+            f"got {tuple(advantages.shape)}"
         )
     if kl_estimator not in _KL:
         raise ValueError(f"kl_estimator must be one of {sorted(_KL)}, got {kl_estimator!r}")

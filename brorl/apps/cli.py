@@ -53,8 +53,9 @@ def cmd_cluster(args) -> int:
         with Cluster(spec) as cluster:
             pids = ", ".join(f"{p.name} {p.popen.pid}" for p in cluster.procs)
             print(
-                f"cluster ready: learner {cluster.learner_address}, reward {cluster.reward_address}, "
-                f"rollout {', '.join(cluster.rollout_address(i) for i in range(args.workers)) or '-'}; "
+                f"cluster ready: learner {cluster.learner_address}, "
+                f"reward {cluster.reward_address}, rollout "
+                f"{', '.join(cluster.rollout_address(i) for i in range(args.workers)) or '-'}; "
                 f"pids: {pids}; logs in {cluster.logs}",
                 flush=True,
             )

@@ -96,7 +96,8 @@ def run_demo(args) -> int:
     }
     (run_dir / "summary.json").write_text(json.dumps(summary, indent=1))
     print(
-        f"   held-out greedy accuracy: {before:.1%} → {after:.1%} ({summary['gain_points']:+.1f} points)"
+        f"   held-out greedy accuracy: {before:.1%} → {after:.1%} "
+        f"({summary['gain_points']:+.1f} points)"
     )
     print(f"   run directory: {run_dir} (config.yaml, metrics.jsonl, final/, summary.json)")
     print(f"   total {summary['wall_seconds'] / 60:.1f} min")

@@ -96,7 +96,8 @@ class Cluster:
         self.logs.mkdir(parents=True, exist_ok=True)
         log_path = self.logs / f"{name}.log"
         out = open(log_path, "ab")
-        # Own process group: a Ctrl-C in the terminal reaches the launcher, which stops children itself.
+        # Own process group: a Ctrl-C in the terminal reaches the launcher, which stops children
+        # itself.
         popen = subprocess.Popen(
             argv,
             stdout=out,
@@ -195,7 +196,8 @@ class Cluster:
                 except TimeoutError:
                     if time.monotonic() > deadline:
                         raise TimeoutError(
-                            f"{name} at {address} not ready after {timeout:.0f}s; see {self.logs}/{name}.log"
+                            f"{name} at {address} not ready after {timeout:.0f}s; "
+                            f"see {self.logs}/{name}.log"
                         )
 
     def check_alive(self) -> None:

@@ -37,7 +37,10 @@ class RecipeConfig(StrictModel):
 
     base: str = Field(
         "",
-        description="Config file below this one (a path relative to this file), e.g. the sweep's `base: demo.yaml`; set in the file, not on the command line.",
+        description=(
+            "Config file below this one (a path relative to this file), e.g. the sweep's "
+            "`base: demo.yaml`; set in the file, not on the command line."
+        ),
     )
     workers: int = Field(
         2, ge=1, le=16, description="Rollout worker processes of the local cluster."
@@ -45,7 +48,10 @@ class RecipeConfig(StrictModel):
     threads_per_process: int = Field(
         1,
         ge=0,
-        description="OMP threads per service process (0: the default; the demo machine's 2 cores are shared).",
+        description=(
+            "OMP threads per service process (0: the default; the demo machine's 2 cores are "
+            "shared)."
+        ),
     )
     train_problems: int = Field(
         20000,
@@ -57,14 +63,19 @@ class RecipeConfig(StrictModel):
     )
     warmstart: list[str] = Field(
         default_factory=list,
-        description="Extra arguments of `python -m demo warmstart` (none: the demo's warm-start recipe).",
+        description=(
+            "Extra arguments of `python -m demo warmstart` (none: the demo's warm-start recipe)."
+        ),
     )
     rollout: dict = Field(
         default_factory=dict, description="Rollout service overrides (key: value) for every worker."
     )
     run: dict = Field(
         default_factory=dict,
-        description="RunConfig for the learner; model and data.train_path are filled in from the prepared inputs.",
+        description=(
+            "RunConfig for the learner; model and data.train_path are filled in from the prepared "
+            "inputs."
+        ),
     )
 
     @field_validator("warmstart", mode="before")
@@ -167,7 +178,8 @@ def cluster_spec(
     namespace: str,
     learner_overrides: dict | None = None,
 ) -> ClusterSpec:
-    """The local cluster (reward, ``cfg.workers`` rollout workers, learner) serving ``inputs.model``."""
+    """The local cluster (reward, ``cfg.workers`` rollout workers, learner) serving
+    ``inputs.model``."""
     return ClusterSpec(
         model=str(inputs.model),
         workdir=work,

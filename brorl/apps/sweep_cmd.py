@@ -28,7 +28,8 @@ from brorl.client import LearnerClient
 
 
 class SweepConfig(recipe.RecipeConfig):
-    """configs/sweep.yaml: the recipe (from its base, configs/demo.yaml) and what the sweep varies."""
+    """configs/sweep.yaml: the recipe (from its base, configs/demo.yaml) and what the sweep
+    varies."""
 
     ns: list[int] = Field([16, 64, 256, 512], description="Group sizes N compared.")
     seeds: list[int] = Field([0, 1, 2], description="Seeds (learner seed and prompt order).")
@@ -38,7 +39,10 @@ class SweepConfig(recipe.RecipeConfig):
     sample_budget: int = Field(
         15360,
         ge=16,
-        description="Paths sampled for the updates of a run in the equal-samples regime (steps = budget / (N x groups_per_step)).",
+        description=(
+            "Paths sampled for the updates of a run in the equal-samples regime "
+            "(steps = budget / (N x groups_per_step))."
+        ),
     )
     eval_points: int = Field(
         3, ge=1, description="Evaluations per run, evenly spaced over its steps."
@@ -129,7 +133,8 @@ def run_sweep(args) -> int:
     inputs = recipe.prepare_inputs(cfg, work)
     runs = plan(cfg)
     print(
-        f"sweep: {len(runs)} runs (N in {cfg.ns}, seeds {cfg.seeds}); warm-start accuracy {inputs.accuracy:.1%}"
+        f"sweep: {len(runs)} runs (N in {cfg.ns}, seeds {cfg.seeds}); "
+        f"warm-start accuracy {inputs.accuracy:.1%}"
     )
     spec = recipe.cluster_spec(
         cfg,
@@ -173,7 +178,8 @@ def run_sweep(args) -> int:
             row["accuracy_final"] = acc[points[-1]]
             results.append(row)
             print(
-                f"[{i + 1}/{len(runs)}] {run['regime']:13s} N={run['n']:4d} seed={run['seed']} steps={run['steps']:4d} "
+                f"[{i + 1}/{len(runs)}] {run['regime']:13s} N={run['n']:4d} seed={run['seed']} "
+                f"steps={run['steps']:4d} "
                 f"acc={row['accuracy_final']:.1%} samples/s={row['samples_per_s']:.0f} "
                 f"({(time.time() - started) / 60:.1f} min)",
                 flush=True,
@@ -208,7 +214,10 @@ def write_table(report: dict, path: Path) -> None:
         "`generated` counts every sampled path, including groups skipped because all their rewards "
         "were equal; the equal-samples budget counts the paths that entered updates.",
         "",
-        "| regime | N | steps | generated | held-out acc (final) | samples/s | grad-norm mean | grad-norm std (over steps) | adv std | EUR |",
+        (
+            "| regime | N | steps | generated | held-out acc (final) | samples/s | "
+            "grad-norm mean | grad-norm std (over steps) | adv std | EUR |"
+        ),
         "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for regime in ("equal_steps", "equal_samples"):
@@ -218,9 +227,12 @@ def write_table(report: dict, path: Path) -> None:
                 continue
             lines.append(
                 f"| {regime} | {n} | {rows[0]['steps']} | {rows[0]['generated']:.0f} | "
-                f"{_agg([r['accuracy_final'] for r in rows])} | {_agg([r['samples_per_s'] for r in rows])} | "
-                f"{_agg([r['grad_norm_mean'] for r in rows])} | {_agg([r['grad_norm_std'] for r in rows])} | "
-                f"{_agg([r['adv_std_mean'] for r in rows])} | {_agg([r['eur_mean'] for r in rows])} |"
+                f"{_agg([r['accuracy_final'] for r in rows])} | "
+                f"{_agg([r['samples_per_s'] for r in rows])} | "
+                f"{_agg([r['grad_norm_mean'] for r in rows])} | "
+                f"{_agg([r['grad_norm_std'] for r in rows])} | "
+                f"{_agg([r['adv_std_mean'] for r in rows])} | "
+                f"{_agg([r['eur_mean'] for r in rows])} |"
             )
     path.write_text("\n".join(lines) + "\n")
 

@@ -92,7 +92,8 @@ def build_batch(
         seq = prompt + completion
         input_ids[b, : len(seq)] = torch.tensor(seq)
         attention[b, : len(seq)] = 1
-        # completion token j sits at position len(prompt)+j and is predicted from position len(prompt)+j-1
+        # completion token j sits at position len(prompt)+j and is predicted from position
+        # len(prompt)+j-1
         start = len(prompt) - 1
         loss_mask[b, start : start + len(completion)] = 1.0
         sampling_logp[b, start : start + len(completion)] = torch.tensor(logps[: len(completion)])

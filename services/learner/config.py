@@ -14,16 +14,24 @@ class LearnerServiceConfig(StrictModel):
     )
     runs_dir: str = Field(
         "runs",
-        description="Each run writes config, metrics.jsonl, checkpoints and final weights under runs_dir/<run_id>.",
+        description=(
+            "Each run writes config, metrics.jsonl, checkpoints and final weights under "
+            "runs_dir/<run_id>."
+        ),
     )
     weights_dir: str = Field(
         "",
-        description="Weight store root shared with the rollout workers; default runs_dir/<run_id>/weights.",
+        description=(
+            "Weight store root shared with the rollout workers; default runs_dir/<run_id>/weights."
+        ),
     )
     namespace: str = Field(
         "default",
         min_length=1,
-        description="Cluster namespace announced to the rollout workers (clusters sharing a Redis stay apart).",
+        description=(
+            "Cluster namespace announced to the rollout workers (clusters sharing a Redis stay "
+            "apart)."
+        ),
     )
     zero_stage: int = Field(0, ge=0, le=3, description="DeepSpeed ZeRO stage of the learner.")
     torch_threads: int = Field(0, ge=0, description="torch intra-op threads (0: torch's default).")

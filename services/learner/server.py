@@ -80,7 +80,8 @@ class LearnerServicer(learner_pb2_grpc.LearnerServiceServicer):
             run_dir = Path(self.config.runs_dir) / run_id
             if run_dir.exists() and not request.resume and (run_dir / "metrics.jsonl").exists():
                 raise FailedPrecondition(
-                    f"run {run_id} already exists in {run_dir}; set resume=true or pick a new run_id"
+                    f"run {run_id} already exists in {run_dir}; "
+                    "set resume=true or pick a new run_id"
                 )
             if request.resume and not (run_dir / "checkpoints").is_dir():
                 raise FailedPrecondition(f"run {run_id} has no checkpoint to resume in {run_dir}")

@@ -1,8 +1,9 @@
 """Reward service configuration: server settings plus named reward functions (``type`` + params).
 
-Every function is reachable by its name through ScoreBatch. The built-in functions (``BUILTIN_FUNCTIONS``
-below, the one table of them: name → default settings + description) exist even when not listed;
-listing one of those names replaces its defaults. See docs/rewards.md for every key with an example.
+Every function is reachable by its name through ScoreBatch. The built-in functions
+(``BUILTIN_FUNCTIONS`` below, the one table of them: name → default settings + description) exist
+even when not listed; listing one of those names replaces its defaults. See docs/rewards.md for
+every key with an example.
 """
 
 from __future__ import annotations
@@ -281,7 +282,8 @@ FunctionSpec = Annotated[
 
 
 class Builtin(NamedTuple):
-    """A reward function every reward service has under its own name unless ``functions`` lists that name."""
+    """A reward function every reward service has under its own name unless ``functions`` lists
+    that name."""
 
     spec: Callable[
         [], StrictModel
@@ -289,9 +291,9 @@ class Builtin(NamedTuple):
     description: str  # one line: what ListRewardFunctions says (the function's class reads it here)
 
 
-# The one table of built-in reward functions. build_registry registers every entry; ListRewardFunctions shows
-# these descriptions; docs/rewards.md ("Built-in functions") lists the same names (tests/unit/reward/
-# test_reward_layers.py checks that they agree).
+# The one table of built-in reward functions. build_registry registers every entry;
+# ListRewardFunctions shows these descriptions; docs/rewards.md ("Built-in functions") lists the
+# same names (tests/unit/reward/test_reward_layers.py checks that they agree).
 BUILTIN_FUNCTIONS: dict[str, Builtin] = {
     "math_answer": Builtin(
         MathAnswerSpec,
@@ -334,9 +336,11 @@ DEFAULT_FUNCTIONS = tuple(BUILTIN_FUNCTIONS)  # the built-in names, in table ord
 
 
 def default_specs() -> dict[str, StrictModel]:
-    """What ``functions`` holds when a config sets nothing: the two built-ins that config files show.
+    """What ``functions`` holds when a config sets nothing: the two built-ins that config files
+    show.
 
-    Only a default for the field; the registry adds every other entry of ``BUILTIN_FUNCTIONS`` anyway."""
+    Only a default for the field; the registry adds every other entry of ``BUILTIN_FUNCTIONS``
+    anyway."""
     return {name: BUILTIN_FUNCTIONS[name].spec() for name in ("math_answer", "format")}
 
 

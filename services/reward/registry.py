@@ -1,7 +1,9 @@
-"""Name → reward function. The service builds one registry at start-up from its config (``build_registry``).
+"""Name → reward function. The service builds one registry at start-up from its config
+(``build_registry``).
 
 ``Registry.score`` is the one place scores leave a function: a function that raises yields status
-"error" for its items (never an exception), rewards are clipped to ±clip, and every path gets a latency.
+"error" for its items (never an exception), rewards are clipped to ±clip, and every path gets a
+latency.
 Names of the form ``composite:a=0.5,b=0.5`` are built on the fly from registered components.
 """
 
@@ -121,7 +123,8 @@ class Registry:
             visit(name, [])
 
     def warm(self) -> None:
-        """Load what functions load lazily (models), so the service is ready when it says SERVING."""
+        """Load what functions load lazily (models), so the service is ready when it says
+        SERVING."""
         for fn in self._functions.values():
             if hasattr(fn, "warm"):
                 fn.warm()
@@ -181,8 +184,8 @@ def build_function(name: str, spec, registry: Registry) -> RewardFunction:
 
 
 def build_registry(config) -> Registry:
-    """The registry for a RewardServiceConfig: the built-ins (config.BUILTIN_FUNCTIONS with their default
-    settings), overridden and extended by config.functions."""
+    """The registry for a RewardServiceConfig: the built-ins (config.BUILTIN_FUNCTIONS with their
+    default settings), overridden and extended by config.functions."""
     from services.reward.config import BUILTIN_FUNCTIONS
 
     specs = {

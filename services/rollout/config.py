@@ -37,7 +37,10 @@ class RolloutServiceConfig(StrictModel):
     namespace: str = Field(
         "default",
         min_length=1,
-        description="Cluster namespace: workers follow the learner of the same namespace (clusters sharing a Redis stay apart).",
+        description=(
+            "Cluster namespace: workers follow the learner of the same namespace (clusters sharing "
+            "a Redis stay apart)."
+        ),
     )
     worker_loop: bool = Field(
         True, description="Consume prompt jobs from Redis (off: serve Generate only)."
@@ -46,7 +49,10 @@ class RolloutServiceConfig(StrictModel):
     claim_idle_ms: int = Field(
         30_000,
         ge=100,
-        description="Reclaim a prompt job when its worker has not renewed its lease for this long (a live worker renews every third of it).",
+        description=(
+            "Reclaim a prompt job when its worker has not renewed its lease for this long "
+            "(a live worker renews every third of it)."
+        ),
     )
     reward_deadline_s: float = Field(120.0, gt=0, description="Deadline of one ScoreBatch call.")
     engine: EngineConfig = Field(

@@ -77,7 +77,8 @@ def _flatten(seqs: Sequence[Sequence[int]]) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _gram_hashes(seqs: Sequence[Sequence[int]], n: int) -> tuple[np.ndarray, np.ndarray]:
-    """64-bit hash of every n-gram, grouped by path in order -> (hashes (G,) uint64, grams per path (P,) int64)."""
+    """64-bit hash of every n-gram, grouped by path in order -> (hashes (G,) uint64, grams per path
+    (P,) int64)."""
     if n < 1:
         raise ValueError(f"n must be at least 1, got {n}")
     flat, lengths = _flatten(seqs)
@@ -108,7 +109,8 @@ def _perm_params(num_perm: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
 def minhash_signatures(
     seqs: Sequence[Sequence[int]], n: int = 3, num_perm: int = 64, seed: int = 0
 ) -> np.ndarray:
-    """MinHash signatures of the paths' n-gram sets -> (P, num_perm) uint64 (see module docstring)."""
+    """MinHash signatures of the paths' n-gram sets -> (P, num_perm) uint64 (see module
+    docstring)."""
     if num_perm < 1:
         raise ValueError(f"num_perm must be at least 1, got {num_perm}")
     hashes, per_path = _gram_hashes(seqs, n)  # (G,), (P,)
@@ -127,7 +129,8 @@ def minhash_signatures(
 
 
 def _components(n: int, u: np.ndarray, v: np.ndarray) -> np.ndarray:
-    """Union-find over edges (u[i], v[i]) by hooking roots and path halving -> root (n,) = smallest member."""
+    """Union-find over edges (u[i], v[i]) by hooking roots and path halving -> root (n,) = smallest
+    member."""
     parent = np.arange(n)
     u = np.asarray(u, dtype=np.int64)
     v = np.asarray(v, dtype=np.int64)
@@ -159,7 +162,8 @@ def _first_appearance_ids(labels: np.ndarray) -> np.ndarray:
 
 
 def _candidate_pairs(sig: np.ndarray, bands: int) -> tuple[np.ndarray, np.ndarray]:
-    """LSH banding over distinct signatures (U, K) -> candidate pairs (u (E,), v (E,)), u < v, unique."""
+    """LSH banding over distinct signatures (U, K) -> candidate pairs (u (E,), v (E,)), u < v,
+    unique."""
     U, K = sig.shape
     rows = K // bands
     key = np.zeros((U, bands), dtype=np.uint64)  # (U, B)
@@ -275,7 +279,8 @@ def path_diversity_index(
 
 
 def unique_ngram_ratio(seqs: Sequence[Sequence[int]], n: int = 3) -> float:
-    """Distinct n-grams across the group / total n-grams (0 if none); grams compared by 64-bit hash."""
+    """Distinct n-grams across the group / total n-grams (0 if none); grams compared by 64-bit
+    hash."""
     hashes, _ = _gram_hashes(seqs, n)  # (G,)
     return float(np.unique(hashes).size / hashes.size) if hashes.size else 0.0
 

@@ -42,7 +42,8 @@ def shared_cluster(tmp_path_factory, tiny_model):
 
 @pytest.fixture
 def services(tmp_path):
-    """Factory: services("reward", **overrides) starts a real process; all are stopped after the test."""
+    """Factory: services("reward", **overrides) starts a real process; all are stopped after the
+    test."""
     started: list[ServiceProc] = []
 
     def start(service: str, name: str | None = None, **overrides) -> ServiceProc:

@@ -43,7 +43,8 @@ def test_short_sweep_writes_table_and_plots(tmp_path):
         ("equal_samples", 16, 4),
         ("equal_samples", 64, 1),
     ]
-    # configs/sweep.yaml trains on 4 groups per step; skipped all-equal groups add to what is generated
+    # configs/sweep.yaml trains on 4 groups per step; skipped all-equal groups add to what is
+    # generated
     assert all(
         0.0 <= r["accuracy_final"] <= 1.0 and r["generated"] >= 4 * r["n"] * r["steps"]
         for r in report["runs"]

@@ -1,8 +1,9 @@
 """Reward model: generate a preference set, train briefly on CPU, serve it by name through gRPC.
 
 The full measurement (≥ 90% validation pairwise accuracy within 5 minutes) is
-``python -m services.reward.training.rm_train --generate 20000 --data D/prefs.jsonl --out D/model``; this test is
-a shortened run (1500 steps, ~1/4 of the full run) that must still clearly beat chance (0.5).
+``python -m services.reward.training.rm_train --generate 20000 --data D/prefs.jsonl --out D/model``;
+this test is a shortened run (1500 steps, ~1/4 of the full run) that must still clearly beat chance
+(0.5).
 """
 
 import json

@@ -209,10 +209,12 @@ def test_signalling_the_parent_is_denied(stub):
 
 def test_forged_reports_do_not_count(stub):
     forge = (
-        "import os, json\nfake = ''.join(json.dumps(x) + '\\n' for x in [{'stage': 'syntax', 'ok': True}, "
+        "import os, json\n"
+        "fake = ''.join(json.dumps(x) + '\\n' for x in [{'stage': 'syntax', 'ok': True}, "
         "{'stage': 'run', 'ok': True}, {'stage': 'test', 'index': 0, 'ok': True}, "
         "{'stage': 'test', 'index': 1, 'ok': True}, {'stage': 'done'}]).encode()\n"
-        "for fd in range(3, 64):\n    try:\n        os.write(fd, fake)\n    except OSError:\n        pass\n"
+        "for fd in range(3, 64):\n    try:\n        os.write(fd, fake)\n"
+        "    except OSError:\n        pass\n"
         "os._exit(0)\n"
     )
     [r], _ = score(stub, forge)

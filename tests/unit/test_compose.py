@@ -71,7 +71,8 @@ _VAR = re.compile(r"\$\{(?P<name>[A-Za-z_][A-Za-z0-9_]*)(?:(?P<op>:-|-)(?P<defau
 
 
 def interpolate(value: str, env: dict[str, str] | None = None) -> str:
-    """Compose's ``${VAR}`` / ``${VAR:-default}`` / ``${VAR-default}`` with ``env`` (default empty)."""
+    """Compose's ``${VAR}`` / ``${VAR:-default}`` / ``${VAR-default}`` with ``env`` (default
+    empty)."""
     env = env or {}
 
     def sub(m: re.Match) -> str:
@@ -190,7 +191,8 @@ def test_command_is_the_launchers_command(services, compose_name):
     )
     module, overrides = split_command(command)
     assert module == launcher.SERVICE_MODULES[name]
-    # The same argv the launcher builds from these overrides (it runs sys.executable, compose `python`).
+    # The same argv the launcher builds from these overrides (it runs sys.executable, compose
+    # `python`).
     assert launcher.service_command(name, overrides)[1:] == command[1:]
 
 

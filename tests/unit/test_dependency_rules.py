@@ -68,7 +68,10 @@ def test_importing_every_core_module_loads_no_torch():
     code = (
         "import sys\n"
         + "".join(f"import {m}\n" for m in modules)
-        + "bad = [m for m in ('torch','vllm','deepspeed','triton') if m in sys.modules]\nprint(','.join(bad))"
+        + (
+            "bad = [m for m in ('torch','vllm','deepspeed','triton') if m in sys.modules]\n"
+            "print(','.join(bad))"
+        )
     )
     out = subprocess.run(
         [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True
@@ -181,5 +184,6 @@ def test_services_do_not_import_the_demo():
     for path in (ROOT / "services").rglob("*.py"):
         bad = {n for n in imported_names(path, module_name(path)) if n.split(".")[0] == "demo"}
         assert not bad, (
-            f"{path.relative_to(ROOT)} imports {bad}; services must not depend on the CPU demo (demo/)"
+            f"{path.relative_to(ROOT)} imports {bad}; "
+            "services must not depend on the CPU demo (demo/)"
         )

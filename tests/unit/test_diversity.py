@@ -24,7 +24,8 @@ def jaccard(a, b, n=3):
 
 
 def families(rng, n_fam, P, length=64, max_edits=2, vocab=1000):
-    """P paths, each a copy of one of n_fam random bases with ≤ max_edits tokens changed near the end."""
+    """P paths, each a copy of one of n_fam random bases with ≤ max_edits tokens changed near the
+    end."""
     bases = [rng.integers(0, vocab, length).tolist() for _ in range(n_fam)]
     fam = rng.integers(0, n_fam, P)
     seqs = []

@@ -1,4 +1,5 @@
-"""Code reward: run a completion against unit tests in the sandbox (sandbox/pool.py / sandbox/runner.py).
+"""Code reward: run a completion against unit tests in the sandbox
+(sandbox/pool.py / sandbox/runner.py).
 
 Reference format (the ``reference`` field of a ScoreRequest):
   * a JSON object ``{"tests": ["assert f(1) == 2", ...], "setup": "import math"}`` — each test is a
@@ -7,7 +8,8 @@ Reference format (the ``reference`` field of a ScoreRequest):
   * or a JSON list of test snippets;
   * or plain text: one test per non-empty line that is not a comment.
 The code is the last fenced block of the completion (```python ... ```), else the whole completion;
-with ``prepend_prompt`` the prompt is put in front (HumanEval style: the prompt holds the signature).
+with ``prepend_prompt`` the prompt is put in front (HumanEval style: the prompt holds the
+signature).
 
 Status: ok — a verdict (tests passed or not, syntax errors and exceptions included); timeout — the
 wall-time or CPU-time limit stopped it; error — a sandbox limit or denial stopped it (memory,
@@ -85,7 +87,8 @@ def extract_code(completion: str) -> str:
 
 
 def sandbox_violation(error: dict | None, spec: CodeSpec) -> str | None:
-    """Why a sandbox limit or denial caused ``error`` (a harness error record), or None if it did not."""
+    """Why a sandbox limit or denial caused ``error`` (a harness error record), or None if it did
+    not."""
     if not error:
         return None
     kind, code, msg, fname = (
@@ -109,7 +112,10 @@ def sandbox_violation(error: dict | None, spec: CodeSpec) -> str | None:
             return f"reading another process's data was denied ({fname})"
         return f"access outside the sandbox directory was denied ({fname or msg[:120]})"
     if code == errno.EPERM:
-        return f"operation not permitted in the sandbox, e.g. signalling a process outside the job ({msg[:120]})"
+        return (
+            "operation not permitted in the sandbox, e.g. signalling a process outside the job "
+            f"({msg[:120]})"
+        )
     if code == errno.ESRCH:
         return "no such process: processes outside the sandbox are invisible to it"
     if code == errno.EFBIG:

@@ -1,4 +1,5 @@
-"""Composite reward: a weighted sum of named registry functions, returning the total and every component.
+"""Composite reward: a weighted sum of named registry functions, returning the total and every
+component.
 
 Configured (``type: composite``, ``components: {relevance: 0.4, safety: 0.4, diversity: 0.2}``) or
 asked for inline by name: ``reward_fn="composite:relevance=0.4,safety=0.4,diversity=0.2"``.

@@ -1,9 +1,9 @@
 """LLM-as-judge over an OpenAI-compatible endpoint (POST {base_url}/v1/chat/completions).
 
-The rubric asks for a score in [score_min, score_max] on a final line ``SCORE: <number>``; the reward is
-that score scaled to [0, 1]. Timeouts, connection errors, 429 and 5xx are retried with exponential
-backoff; a reply without a usable score is status error (never an exception), a request that keeps
-timing out is status timeout. Requests run ``concurrency`` at a time.
+The rubric asks for a score in [score_min, score_max] on a final line ``SCORE: <number>``; the
+reward is that score scaled to [0, 1]. Timeouts, connection errors, 429 and 5xx are retried with
+exponential backoff; a reply without a usable score is status error (never an exception), a request
+that keeps timing out is status timeout. Requests run ``concurrency`` at a time.
 """
 
 from __future__ import annotations
@@ -20,8 +20,8 @@ from concurrent.futures import ThreadPoolExecutor
 from services.reward.base import Score, ScoreItem
 from services.reward.config import JudgeSpec
 
-DEFAULT_RUBRIC = """You are a strict grader. Judge the RESPONSE to the PROMPT for correctness, helpfulness and \
-clarity{ref_hint}.
+DEFAULT_RUBRIC = """You are a strict grader. Judge the RESPONSE to the PROMPT for correctness, \
+helpfulness and clarity{ref_hint}.
 
 PROMPT:
 {prompt}
@@ -29,8 +29,8 @@ PROMPT:
 RESPONSE:
 {completion}
 {reference_block}
-Give a short justification, then end with a final line of the form "SCORE: <number>", where the number \
-is from {min} (worst) to {max} (best)."""
+Give a short justification, then end with a final line of the form "SCORE: <number>", where \
+the number is from {min} (worst) to {max} (best)."""
 
 _PLACEHOLDER = re.compile(r"\{(ref_hint|reference_block|min|max|reference|prompt|completion)\}")
 _SCORE_LINE = re.compile(r"score\s*[:=]\s*\**\s*(-?\d+(?:\.\d+)?)", re.IGNORECASE)
@@ -39,8 +39,8 @@ _OUT_OF = re.compile(r"(-?\d+(?:\.\d+)?)\s*(?:/|out of)\s*(\d+(?:\.\d+)?)", re.I
 
 
 def parse_score(text: str, lo: float, hi: float) -> float | None:
-    """The judge's score: the last "SCORE: x", a JSON "score", "x/max", or a bare number; None if absent
-    or outside [lo, hi]."""
+    """The judge's score: the last "SCORE: x", a JSON "score", "x/max", or a bare number; None if
+    absent or outside [lo, hi]."""
     candidates = _SCORE_LINE.findall(text) or _JSON_SCORE.findall(text)
     if not candidates:
         candidates = [a for a, b in _OUT_OF.findall(text) if float(b) == hi]
@@ -59,7 +59,10 @@ class _Retryable(Exception):
 
 
 class LLMJudge:
-    description = "LLM-as-judge over an OpenAI-compatible /v1/chat/completions endpoint; rubric score scaled to [0, 1]."
+    description = (
+        "LLM-as-judge over an OpenAI-compatible /v1/chat/completions endpoint; rubric score "
+        "scaled to [0, 1]."
+    )
 
     def __init__(self, name: str, spec: JudgeSpec):
         self.name, self.spec = name, spec
@@ -71,7 +74,8 @@ class LLMJudge:
         )
 
     def prompt_for(self, item: ScoreItem) -> str:
-        """The rubric with its placeholders filled (plain replacement: other braces are left alone)."""
+        """The rubric with its placeholders filled (plain replacement: other braces are left
+        alone)."""
         ref = item.reference.strip()
         values = {
             "ref_hint": ", using the REFERENCE answer" if ref else "",

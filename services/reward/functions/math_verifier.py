@@ -1,10 +1,11 @@
-"""Rule rewards for math: final-answer extraction and numeric / symbolic comparison, and a format reward.
+"""Rule rewards for math: final-answer extraction and numeric / symbolic comparison, and a
+format reward.
 
-Extraction order: the last ``\\boxed{...}`` (nested braces allowed), then "the answer is ...", then the
-last number in the text. Comparison: plain integers are compared directly (the RL hot path: 512 short
-integer answers per group never touch sympy); then exact rationals (fractions, decimals, percentages,
-thousands separators, ``\\frac``); then, for anything else, a guarded sympy parse compared numerically
-(constants) or at random points (expressions with symbols).
+Extraction order: the last ``\\boxed{...}`` (nested braces allowed), then "the answer is ...", then
+the last number in the text. Comparison: plain integers are compared directly (the RL hot path: 512
+short integer answers per group never touch sympy); then exact rationals (fractions, decimals,
+percentages, thousands separators, ``\\frac``); then, for anything else, a guarded sympy parse
+compared numerically (constants) or at random points (expressions with symbols).
 """
 
 from __future__ import annotations
@@ -60,7 +61,8 @@ def _last_boxed(text: str) -> str | None:
 
 
 def extract_answer(text: str) -> str | None:
-    """The final answer of a completion: \\boxed{...}, then "the answer is X", then the last number."""
+    """The final answer of a completion: \\boxed{...}, then "the answer is X", then the last
+    number."""
     stripped = text.strip()
     if _INT.match(stripped):  # fast path: the completion is a bare integer
         return stripped
@@ -83,7 +85,8 @@ def extract_answer(text: str) -> str | None:
 
 
 def normalize(text: str) -> str:
-    """Strip the dress of an answer: $, \\text{units}, "x =", \\left/\\right, degree signs, trailing dot."""
+    """Strip the dress of an answer: $, \\text{units}, "x =", \\left/\\right, degree signs, trailing
+    dot."""
     s = text.strip().strip("$").strip()
     s = _TEXT_CMD.sub("", s)
     for old, new in (
@@ -108,7 +111,8 @@ def normalize(text: str) -> str:
 
 
 def to_number(text: str) -> Fraction | None:
-    """Parse "1,234", "-3.5", "7/8", "12%", "\\frac{7}{8}" exactly; None when it is not a plain number."""
+    """Parse "1,234", "-3.5", "7/8", "12%", "\\frac{7}{8}" exactly; None when it is not a plain
+    number."""
     s, percent = _strip_percent(normalize(text))
     value = _rational(s)
     return None if value is None else value * (Fraction(1, 100) if percent else 1)
@@ -176,11 +180,12 @@ def answers_match(
     return _symbolic_equal(normalize(p), normalize(r), rel_tol)
 
 
-# ---------------------------------------------------------------- symbolic comparison (sympy, guarded)
+# ------------------------------------------------------------- symbolic comparison (sympy, guarded)
 
 
 def latex_to_plain(s: str) -> str:
-    """\\frac{a}{b} → (a)/(b), \\sqrt{x} → sqrt(x), \\sqrt[n]{x} → (x)^(1/(n)), braces → parentheses."""
+    """\\frac{a}{b} → (a)/(b), \\sqrt{x} → sqrt(x), \\sqrt[n]{x} → (x)^(1/(n)), braces →
+    parentheses."""
     for _ in range(
         8
     ):  # innermost groups first; nesting deeper than 8 stays unparsed (and fails the guard)
@@ -203,7 +208,8 @@ def latex_to_plain(s: str) -> str:
 
 
 def _safe_for_sympy(s: str) -> bool:
-    """Only arithmetic, single-letter variables and a few functions; nothing sympy's eval could abuse."""
+    """Only arithmetic, single-letter variables and a few functions; nothing sympy's eval could
+    abuse."""
     if len(s) > 200 or not _SAFE_CHARS.match(s) or ".." in s or re.search(r"[A-Za-z_)]\s*\.", s):
         return False
     if any(len(n) > 1 and n.lower() not in _FUNCS for n in _IDENT.findall(s)):

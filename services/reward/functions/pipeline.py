@@ -1,14 +1,15 @@
-"""Hierarchical evaluation with early exit: safety filters, then cheap checks, then one expensive scorer.
+"""Hierarchical evaluation with early exit: safety filters, then cheap checks, then one expensive
+scorer.
 
 Order, per path:
   1. safety filters — the completion is truncated to ``max_chars``; a sensitive word anywhere in it
      (also past the cut) → status "filtered", reward ``filtered_reward``; nothing else runs.
-  2. rules — ``min_chars``, ``max_chars_rule``, ``require_regex``, ``forbid_regex``; the first that fails
-     ends the path with ``fail_reward`` (status ok, detail "early exit ...").
-  3. gates — cheap registry functions in order (e.g. ``format: 1.0``); a reward below the minimum (or a
-     status other than ok) ends the path the same way.
-  4. scorer — the expensive function (reward model, judge, code, composite), called once, batched, for
-     the paths still standing; its reward is clipped to ±``clip``.
+  2. rules — ``min_chars``, ``max_chars_rule``, ``require_regex``, ``forbid_regex``; the first that
+     fails ends the path with ``fail_reward`` (status ok, detail "early exit ...").
+  3. gates — cheap registry functions in order (e.g. ``format: 1.0``); a reward below the minimum
+     (or a status other than ok) ends the path the same way.
+  4. scorer — the expensive function (reward model, judge, code, composite), called once, batched,
+     for the paths still standing; its reward is clipped to ±``clip``.
 Components record every gate's reward (``gate/<name>``), the scorer's components, ``truncated`` and
 ``exit_stage`` (0 filtered, 1 rules, 2 gates, 3 scored).
 """

@@ -1,8 +1,9 @@
-"""Serve a trained reward model by name: batched forward passes of a sequence-scoring transformers model.
+"""Serve a trained reward model by name: batched forward passes of a sequence-scoring transformers
+model.
 
 The directory is one written by ``python -m services.reward.training.rm_train`` (or any
-``AutoModelForSequenceClassification`` with one label). Its ``brorl_rm.json``, when present, supplies
-the template and whether EOS is appended, so serving formats text exactly as training did.
+``AutoModelForSequenceClassification`` with one label). Its ``brorl_rm.json``, when present,
+supplies the template and whether EOS is appended, so serving formats text exactly as training did.
 reward = scale * (raw score - offset); the raw score is also returned as component ``rm_raw``.
 """
 
@@ -56,7 +57,8 @@ class RewardModel:
             model = AutoModelForSequenceClassification.from_pretrained(self.spec.path).eval()
             if model.config.num_labels != 1:
                 raise ValueError(
-                    f"{self.spec.path}: model has {model.config.num_labels} labels; a reward model has 1"
+                    f"{self.spec.path}: model has {model.config.num_labels} labels; "
+                    "a reward model has 1"
                 )
             if tok.pad_token is None:
                 tok.pad_token = tok.eos_token or tok.unk_token

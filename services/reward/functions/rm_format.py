@@ -1,9 +1,11 @@
-"""The reward-model directory format, shared by serving (``reward_model.py``) and training (``training/rm_train.py``).
+"""The reward-model directory format, shared by serving (``reward_model.py``) and training
+(``training/rm_train.py``).
 
-A directory holds a transformers ``AutoModelForSequenceClassification`` (one label), its tokenizer and
-``brorl_rm.json`` (``META_FILE``: template, append_eos, max_length, margin, validation metrics). Both
-sides join prompt and completion with ``fill_template`` and tokenise with ``encode``, so serving formats
-text exactly as training did. Serving owns this module; training imports it, never the other way round.
+A directory holds a transformers ``AutoModelForSequenceClassification`` (one label), its tokenizer
+and ``brorl_rm.json`` (``META_FILE``: template, append_eos, max_length, margin, validation metrics).
+Both sides join prompt and completion with ``fill_template`` and tokenise with ``encode``, so
+serving formats text exactly as training did. Serving owns this module; training imports it, never
+the other way round.
 """
 
 from __future__ import annotations
@@ -21,7 +23,8 @@ def fill_template(template: str, prompt: str, completion: str) -> str:
 
 
 def encode(tok, texts: list[str], max_length: int, append_eos: bool):
-    """Right-padded (input_ids, attention_mask): [BOS] text [EOS]; long texts keep their tail (the answer).
+    """Right-padded (input_ids, attention_mask): [BOS] text [EOS]; long texts keep their tail
+    (the answer).
 
     BOS gives attention a place to rest; the score is read at EOS, after the whole answer."""
     import torch

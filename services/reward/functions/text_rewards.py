@@ -1,9 +1,9 @@
 """Text rewards used alone or as composite components: relevance, safety, diversity.
 
 * relevance — cosine similarity between the prompt (question) and the completion (answer). With
-  ``model_path`` it uses a local transformers encoder (mean-pooled last hidden states). Without one — the
-  default, as no embedding model ships with brorl and nothing is downloaded — it is the cosine of
-  bag-of-character-n-gram counts: a lexical-overlap score, not a semantic one.
+  ``model_path`` it uses a local transformers encoder (mean-pooled last hidden states). Without
+  one — the default, as no embedding model ships with brorl and nothing is downloaded — it is the
+  cosine of bag-of-character-n-gram counts: a lexical-overlap score, not a semantic one.
 * safety — 1 - toxicity, where toxicity comes from a small weighted word lexicon (not a classifier);
   any sensitive word or phrase makes it 0.
 * diversity — normalised entropy of the completion's n-grams: 1 when no n-gram repeats, near 0 for

@@ -1,9 +1,11 @@
-"""Runs inside a sandboxed job process: compile the completion, run it, run each test, report as JSON lines.
+"""Runs inside a sandboxed job process: compile the completion, run it, run each test, report as
+JSON lines.
 
 Standard library only (loaded by runner.py under ``python -I -S``). Also holds the guard used
 when kernel isolation is unavailable: an audit hook that refuses network, writes outside the job
 directory, other processes' /proc, signals, ctypes and starting programs. The guard is best effort —
-C code can get past it — which is why the namespace mode is the default whenever the service is root.
+C code can get past it — which is why the namespace mode is the default whenever the service is
+root.
 """
 
 from __future__ import annotations
@@ -33,7 +35,8 @@ def describe(exc: BaseException) -> dict:
 
 
 def run(job: dict, wfd: int) -> None:
-    """Report stages on ``wfd``: syntax, run, one line per test, done. Forked descendants never report."""
+    """Report stages on ``wfd``: syntax, run, one line per test, done. Forked descendants never
+    report."""
     pid0 = os.getpid()
     nonce = job.pop(
         "nonce", ""
@@ -71,7 +74,7 @@ def run(job: dict, wfd: int) -> None:
     emit(stage="done")
 
 
-# ------------------------------------------------------------------------------------------ guard mode
+# --------------------------------------------------------------------------------------- guard mode
 
 _WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND
 _PATH_EVENTS = {

@@ -1,4 +1,5 @@
-"""Service side of the code sandbox: starts the fork-server (runner.py), feeds it jobs, collects answers.
+"""Service side of the code sandbox: starts the fork-server (runner.py), feeds it jobs, collects
+answers.
 
 The fork-server is a separate, single-threaded ``python -I -S`` process started with an empty
 environment, so nothing of the service (secrets in its environment, gRPC threads) reaches a job. One
@@ -82,7 +83,8 @@ class SandboxPool:
             raise SandboxUnavailable(ready.get("fatal") or f"sandbox runner did not start: {ready}")
         self.isolation = ready["isolation"]
         log.info(
-            "code sandbox ready: isolation=%s concurrency=%d limits wall=%.1fs cpu=%.1fs mem=%dMB nproc=%d",
+            "code sandbox ready: isolation=%s concurrency=%d limits wall=%.1fs cpu=%.1fs "
+            "mem=%dMB nproc=%d",
             self.isolation,
             s.concurrency,
             s.wall_s,
@@ -157,7 +159,8 @@ class SandboxPool:
 
     # ------------------------------------------------------------------ jobs
     def run(self, jobs: list[dict]) -> list[dict]:
-        """Run ``jobs`` ({"code", "setup", "tests"}) and return the runner's answers in the same order."""
+        """Run ``jobs`` ({"code", "setup", "tests"}) and return the runner's answers in the same
+        order."""
         if not jobs:
             return []
         futures: list[Future] = []

@@ -5,9 +5,10 @@ line: ``{"id", "code", "setup", "tests"}``; one answer per line comes back, in c
 ``{"id", "exit", "signal", "wall_s", "cpu_s", "killed", "lines"}`` where ``lines`` are the harness
 reports. The service decides what they mean (services/reward/functions/code_reward.py).
 
-Isolation "namespaces" (root): the server unshares mount, network and pid namespaces and becomes pid 1
-of the new pid namespace; the whole filesystem is remounted read-only, a size-limited tmpfs holds the
-job directories, a fresh /proc shows only sandbox processes, the network has only a down loopback.
+Isolation "namespaces" (root): the server unshares mount, network and pid namespaces and becomes
+pid 1 of the new pid namespace; the whole filesystem is remounted read-only, a size-limited tmpfs
+holds the job directories, a fresh /proc shows only sandbox processes, the network has only a down
+loopback.
 Each job runs in a forked child: own session/process group, rlimits (CPU, address space, file size,
 processes, open files, no core), no_new_privs, its own uid/gid from a block of unused ids (so the
 process limit counts only that job and it cannot signal or read anything of ours), an empty
@@ -114,7 +115,8 @@ def _readonly_everything() -> None:
 
 
 def enter_namespaces(root: str, disk_mb: int) -> str:
-    """Become pid 1 of fresh mount/net/pid namespaces with a read-only filesystem and a tmpfs at ``root``."""
+    """Become pid 1 of fresh mount/net/pid namespaces with a read-only filesystem and a tmpfs at
+    ``root``."""
     _check(libc.unshare(CLONE_NEWNS | CLONE_NEWNET | CLONE_NEWPID), "unshare")
     child = os.fork()
     if child:  # the outer process only relays the exit status
@@ -127,8 +129,8 @@ def enter_namespaces(root: str, disk_mb: int) -> str:
     _readonly_everything()
     _mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
     _mount("tmpfs", root, "tmpfs", MS_NOSUID | MS_NODEV, f"size={disk_mb}m,mode=0711")
-    # The interpreter may live where a job's uid cannot reach (e.g. under /root): show jobs the standard
-    # library read-only inside the tmpfs, and point their sys.path there.
+    # The interpreter may live where a job's uid cannot reach (e.g. under /root): show jobs the
+    # standard library read-only inside the tmpfs, and point their sys.path there.
     target = os.path.join(root, "pylib")
     os.mkdir(target, 0o755)
     _mount(STDLIB, target, None, MS_BIND | MS_REC)

@@ -1,3 +1,4 @@
-"""Reward-model training (``python -m services.reward.training.rm_train``) and preference-data generation
-(``python -m services.reward.training.prefgen``). Offline tools: the service never imports this package.
+"""Reward-model training (``python -m services.reward.training.rm_train``) and preference-data
+generation (``python -m services.reward.training.prefgen``). Offline tools: the service never
+imports this package.
 """

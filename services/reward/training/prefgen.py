@@ -1,12 +1,14 @@
-"""Generate a pairwise preference set of worked arithmetic: "12+35=" → chosen "47", rejected a wrong sum.
+"""Generate a pairwise preference set of worked arithmetic: "12+35=" → chosen "47", rejected a
+wrong sum.
 
     python -m services.reward.training.prefgen --out prefs.jsonl --n 20000 [--seed 0] [--digits 2]
 
-Each line is ``{"prompt", "chosen", "rejected", "kind"}``. Most wrong sums are near misses, so a reward
-model has to check the arithmetic rather than the size of the number: ``units`` (last digit wrong, 25%),
-``carry`` (a forgotten or invented carry: ±10 or -100, 25%), ``swap`` (two digits swapped, 10%),
-``near`` (within ±20, 10%); ``far`` (30%) is any number up to twice the largest operand. ``kind`` is
-not used for training; rm_train reports validation accuracy per kind when it is present.
+Each line is ``{"prompt", "chosen", "rejected", "kind"}``. Most wrong sums are near misses, so a
+reward model has to check the arithmetic rather than the size of the number: ``units`` (last digit
+wrong, 25%), ``carry`` (a forgotten or invented carry: ±10 or -100, 25%), ``swap`` (two digits
+swapped, 10%), ``near`` (within ±20, 10%); ``far`` (30%) is any number up to twice the largest
+operand. ``kind`` is not used for training; rm_train reports validation accuracy per kind when it is
+present.
 """
 
 from __future__ import annotations
@@ -72,7 +74,7 @@ def write_jsonl(pairs: list[dict], path: str | Path) -> Path:
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m services.reward.training.prefgen", description=__doc__.split("\n")[0]
+        prog="python -m services.reward.training.prefgen", description=__doc__.split("\n\n")[0]
     )
     parser.add_argument("--out", required=True, help="JSONL file to write")
     parser.add_argument("--n", type=int, default=20000, help="number of pairs")

@@ -1,16 +1,19 @@
 """Train a sequence-scoring reward model on pairwise preferences (Bradley–Terry loss with a margin).
 
-    python -m services.reward.training.rm_train --data prefs.jsonl --out runs/rm [--backbone DIR] [--max-seconds 300]
-    python -m services.reward.training.rm_train --generate 20000 --data prefs.jsonl --out runs/rm   # make the set first
+    python -m services.reward.training.rm_train --data prefs.jsonl --out runs/rm \\
+        [--backbone DIR] [--max-seconds 300]
+    python -m services.reward.training.rm_train --generate 20000 --data prefs.jsonl \\
+        --out runs/rm   # make the set first
 
-Input: JSONL lines ``{"prompt", "chosen", "rejected"}``. 10% of the prompts (all their pairs) are held
-out for validation. Model: a transformers backbone with a scalar head
+Input: JSONL lines ``{"prompt", "chosen", "rejected"}``. 10% of the prompts (all their pairs) are
+held out for validation. Model: a transformers backbone with a scalar head
 (``AutoModelForSequenceClassification``, num_labels=1, scored at the last token); without
-``--backbone`` a tiny char-level Qwen2 is built from scratch (its vocabulary: the data's characters). Loss:
-``-log sigmoid(s_chosen - s_rejected - margin)`` plus a small penalty on the scores' size so they stay
-centred. Reports (one JSON object on stdout, also saved in DIR/brorl_rm.json): validation pairwise
-accuracy, calibration (ECE of sigmoid(score difference), 10 bins), steps, seconds. DIR is loadable with
-``from_pretrained`` and served by the reward service (``type: reward_model``).
+``--backbone`` a tiny char-level Qwen2 is built from scratch (its vocabulary: the data's
+characters). Loss: ``-log sigmoid(s_chosen - s_rejected - margin)`` plus a small penalty on the
+scores' size so they stay centred. Reports (one JSON object on stdout, also saved in
+DIR/brorl_rm.json): validation pairwise accuracy, calibration (ECE of sigmoid(score difference),
+10 bins), steps, seconds. DIR is loadable with ``from_pretrained`` and served by the reward service
+(``type: reward_model``).
 """
 
 from __future__ import annotations
@@ -51,7 +54,8 @@ def load_pairs(path: str | Path) -> list[dict]:
 def split_pairs(
     pairs: list[dict], val_fraction: float = 0.1, seed: int = 0
 ) -> tuple[list[dict], list[dict]]:
-    """Hold out ``val_fraction`` of the distinct prompts, with all their pairs (no prompt in both)."""
+    """Hold out ``val_fraction`` of the distinct prompts, with all their pairs (no prompt in
+    both)."""
     prompts = sorted({p["prompt"] for p in pairs})
     random.Random(seed).shuffle(prompts)
     held = set(prompts[: max(1, round(len(prompts) * val_fraction))])
@@ -61,8 +65,8 @@ def split_pairs(
 def pair_metrics(diffs: list[float], bins: int = 10) -> dict:
     """Accuracy (chosen scored higher) and ECE of P(chosen preferred) = sigmoid(diff).
 
-    Calibration is measured on the confidence of the predicted side, max(p, 1 - p), against whether that
-    side is the chosen one — the same as scoring each pair in both orders.
+    Calibration is measured on the confidence of the predicted side, max(p, 1 - p), against whether
+    that side is the chosen one — the same as scoring each pair in both orders.
     """
     n = len(diffs)
     correct = [d > 0 for d in diffs]
@@ -104,7 +108,8 @@ def char_tokenizer(texts: list[str]):
 def build_model(
     backbone: str | None, hidden: int, layers: int, seed: int, heads: int = 4, texts: list[str] = ()
 ):
-    """A backbone from ``backbone``, or a tiny Qwen2 from scratch over the characters of ``texts``."""
+    """A backbone from ``backbone``, or a tiny Qwen2 from scratch over the characters of
+    ``texts``."""
     import torch
     from transformers import AutoModelForSequenceClassification, AutoTokenizer
 

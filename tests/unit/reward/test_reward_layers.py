@@ -1,8 +1,10 @@
-"""services/reward by layer: serving never imports training code or demo/, and one table names the built-ins.
+"""services/reward by layer: serving never imports training code or demo/, and one table names the
+built-ins.
 
 Serving is everything under services/reward except training/ (server, registry, config, functions/,
-sandbox/); it may be imported by training, never the other way round. The built-in reward functions are
-one table (config.BUILTIN_FUNCTIONS) that the registry, ListRewardFunctions and docs/rewards.md agree with.
+sandbox/); it may be imported by training, never the other way round. The built-in reward functions
+are one table (config.BUILTIN_FUNCTIONS) that the registry, ListRewardFunctions and docs/rewards.md
+agree with.
 """
 
 import ast
@@ -34,7 +36,8 @@ def module_name(path: Path, root: Path = ROOT) -> str:
 
 
 def imported_names(path: Path, root: Path = ROOT) -> set[str]:
-    """Every module an ``import`` anywhere in the file (top level or inside functions) may load, absolute."""
+    """Every module an ``import`` anywhere in the file (top level or inside functions) may load,
+    absolute."""
     tree = ast.parse(path.read_text())
     name = module_name(path, root)
     package = name if path.name == "__init__.py" else name.rpartition(".")[0]
@@ -76,7 +79,8 @@ def test_serving_never_imports_training_or_demo():
     }
     bad = {k: v for k, v in bad.items() if v}
     assert not bad, (
-        f"serving modules import training code or demo/ (move shared code to functions/rm_format.py): {bad}"
+        "serving modules import training code or demo/ "
+        f"(move shared code to functions/rm_format.py): {bad}"
     )
 
 
@@ -104,7 +108,8 @@ def test_the_checker_sees_every_form_of_import(tmp_path):
 
 def test_loading_the_service_loads_no_training_code_or_demo():
     code = (
-        "import sys\nimport services.reward.server\nfrom services.reward.registry import default_registry\n"
+        "import sys\nimport services.reward.server\n"
+        "from services.reward.registry import default_registry\n"
         "default_registry().close()\n"
         "print(','.join(m for m in sys.modules if m == 'demo' or m.startswith(('demo.', "
         "'services.reward.training'))))"
@@ -157,5 +162,6 @@ def test_builtin_table_registry_list_and_docs_agree():
     finally:
         registry.close()
     assert docs_builtins() == {n: b.description for n, b in BUILTIN_FUNCTIONS.items()}, (
-        "docs/rewards.md 'Built-in functions' must list the names and descriptions of config.BUILTIN_FUNCTIONS"
+        "docs/rewards.md 'Built-in functions' must list the names and descriptions of "
+        "config.BUILTIN_FUNCTIONS"
     )
