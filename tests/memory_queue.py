@@ -1,6 +1,6 @@
 """In-memory stand-ins for brorl.queue's StreamQueue / RunChannels / RunRegistry, for unit
 tests of the loops that are about their own rules (the Redis path is covered by
-tests/unit/test_queue.py and the e2e tests). Same at-least-once semantics: an entry read and
+tests/unit/brorl/test_queue.py and the e2e tests). Same at-least-once semantics: an entry read and
 not acked stays pending and comes back from ``take_over``."""
 
 from __future__ import annotations

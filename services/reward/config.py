@@ -293,7 +293,7 @@ class Builtin(NamedTuple):
 
 # The one table of built-in reward functions. build_registry registers every entry;
 # ListRewardFunctions shows these descriptions; docs/rewards.md ("Built-in functions") lists the
-# same names (tests/unit/reward/test_reward_layers.py checks that they agree).
+# same names (tests/unit/services/reward/test_reward_layers.py checks that they agree).
 BUILTIN_FUNCTIONS: dict[str, Builtin] = {
     "math_answer": Builtin(
         MathAnswerSpec,

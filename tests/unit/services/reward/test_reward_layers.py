@@ -18,7 +18,7 @@ from services.reward.config import BUILTIN_FUNCTIONS, DEFAULT_FUNCTIONS
 from services.reward.registry import default_registry
 from services.reward.server import RewardServicer
 
-ROOT = Path(__file__).resolve().parents[3]
+ROOT = Path(__file__).resolve().parents[4]
 REWARD = ROOT / "services" / "reward"
 FORBIDDEN = ("services.reward.training", "demo")
 IMPORTERS = {"import_module", "__import__", "run_module", "spec_from_file_location"}

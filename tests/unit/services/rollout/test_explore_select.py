@@ -97,7 +97,7 @@ def test_reward_model_predictor_is_called_on_prefixes():
 
 
 def test_embedding_dedup_uses_the_local_encoder(tmp_path):
-    from tests.unit.test_diversity import _tiny_encoder
+    from tests.unit.services.rollout.test_diversity import _tiny_encoder
 
     _tiny_encoder(tmp_path)
     texts = ["the answer is 42", "x equals seven", "the answer is 42", "so we get 41"]

@@ -10,7 +10,7 @@ import pytest
 
 from brorl import schedule as sch
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 def test_constant():

@@ -2,7 +2,7 @@ import filecmp
 import subprocess
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 def test_generated_stubs_are_current(tmp_path):

@@ -17,7 +17,7 @@ def test_defaults_cover_math_answer_and_format():
 def test_example_config_file_loads(tmp_path):
     from pathlib import Path
 
-    path = Path(__file__).resolve().parents[3] / "configs" / "reward.yaml"
+    path = Path(__file__).resolve().parents[4] / "configs" / "reward.yaml"
     cfg = load_config(RewardServiceConfig, path, env_prefix=None)
     assert cfg.functions["rlhf_mix"].type == "composite"
     assert cfg.functions["math_strict"].type == "pipeline"
