@@ -1,10 +1,17 @@
-"""Scored path groups → padded training tensors (pure tensor code, no DeepSpeed, no gRPC).
+"""Scored path groups → training tensors (pure tensor code, no DeepSpeed, no gRPC).
 
-Shapes: B paths, L = longest prompt + completion, T = L - 1 next-token positions.
+Every path of a group continues the same prompt, so a batch is a *chunk of one group*: the
+prompt once, and the chunk's completions right-padded to the chunk's own longest one. A
+group's paths are sorted by completion length before they are cut into chunks of at most
+``max_paths``, so little is padded and the prompt is run once per chunk (losses.py), not once
+per path.
+
+Shapes: b paths in the chunk, P prompt tokens, C = the chunk's longest completion.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import torch
@@ -16,27 +23,31 @@ from kernels import group_advantages
 
 @dataclass
 class Batch:
-    input_ids: torch.Tensor  # (B, L) long, right-padded
-    attention_mask: torch.Tensor  # (B, L)
-    targets: torch.Tensor  # (B, T) token predicted at each position (pad where masked)
-    loss_mask: torch.Tensor  # (B, T) 1.0 on completion tokens
-    sampling_logp: torch.Tensor  # (B, T) vLLM's sampling log-prob of each completion token
-    advantages: torch.Tensor  # (B,)
-    temperature: torch.Tensor  # (B,) sampling temperature of each path (1.0 for greedy)
-    version: torch.Tensor  # (B,) weight version that produced each path
-    weight: torch.Tensor  # (B,) path weight (near-duplicate down-weighting; 1 by default)
-    top_k: torch.Tensor  # (B,) sampling top-k (-1: off)
-    top_p: torch.Tensor  # (B,) sampling top-p (1: off)
+    prompt_ids: torch.Tensor  # (P,) long: the group's prompt
+    targets: torch.Tensor  # (b, C) long: completion tokens, right-padded with pad_id
+    loss_mask: torch.Tensor  # (b, C) 1.0 on completion tokens
+    sampling_logp: torch.Tensor  # (b, C) the sampler's log-prob of each completion token
+    advantages: torch.Tensor  # (b,) (times the path weight)
+    temperature: torch.Tensor  # (b,) temperature the log-probs are computed at
+    top_k: torch.Tensor  # (b,) sampling top-k (-1: off)
+    top_p: torch.Tensor  # (b,) sampling top-p (1: off)
+    version: torch.Tensor  # (b,) weight version that produced each path
+    weight: torch.Tensor  # (b,) path weight (near-duplicate down-weighting; 1 by default)
+    path_index: torch.Tensor  # (b,) each row's index in its group's paths
+    group_index: int  # the group's index in the step
 
     def __len__(self) -> int:
-        return self.input_ids.shape[0]
-
-    def slice(self, start: int, stop: int) -> "Batch":
-        return Batch(*(getattr(self, f)[start:stop] for f in self.__dataclass_fields__))
+        return self.targets.shape[0]
 
     @property
     def tokens(self) -> int:
         return int(self.loss_mask.sum().item())
+
+    @property
+    def positions(self) -> int:
+        """Token positions the model runs for this chunk: the prompt once, then C - 1 per path
+        (the first completion token is predicted from the prompt's last position)."""
+        return self.prompt_ids.shape[0] + len(self) * (self.targets.shape[1] - 1)
 
 
 def group_rewards(group: common_pb2.PathGroup) -> torch.Tensor:
@@ -58,55 +69,51 @@ def advantages_of(groups: list[common_pb2.PathGroup], normalize_std: bool) -> li
     return out  # type: ignore[return-value]
 
 
-def build_batch(
-    groups: list[common_pb2.PathGroup], advantages: list[torch.Tensor], pad_id: int
-) -> Batch:
-    rows = []
-    for group, adv in zip(groups, advantages):
-        prompt = list(group.prompt_token_ids)
-        for path, a in zip(group.paths, adv.tolist()):
-            weight = path.weight if path.weight > 0 else 1.0
-            # scored under the distribution the worker sampled from (brorl.sampling owns the rule)
-            s = sampling.effective(path.sampling)
-            # a down-weighted duplicate pushes its group's update with a fraction of its advantage
-            rows.append(
-                (
-                    prompt,
-                    list(path.token_ids),
-                    list(path.logprobs),
-                    a * weight,
-                    s.logprob_temperature,
-                    path.weight_version,
-                    weight,
-                    s.top_k,
-                    s.top_p,
-                )
-            )
-    B = len(rows)
-    L = max(len(p) + len(c) for p, c, *_ in rows)
-    input_ids = torch.full((B, L), pad_id, dtype=torch.long)
-    attention = torch.zeros((B, L), dtype=torch.long)
-    loss_mask = torch.zeros((B, L - 1))
-    sampling_logp = torch.zeros((B, L - 1))
-    for b, (prompt, completion, logps, *_rest) in enumerate(rows):
-        seq = prompt + completion
-        input_ids[b, : len(seq)] = torch.tensor(seq)
-        attention[b, : len(seq)] = 1
-        # completion token j sits at position len(prompt)+j and is predicted from position
-        # len(prompt)+j-1
-        start = len(prompt) - 1
-        loss_mask[b, start : start + len(completion)] = 1.0
-        sampling_logp[b, start : start + len(completion)] = torch.tensor(logps[: len(completion)])
+def build_batches(
+    groups: list[common_pb2.PathGroup],
+    advantages: list[torch.Tensor],
+    pad_id: int,
+    max_paths: int,
+) -> list[Batch]:
+    """Every group cut into chunks of at most ``max_paths`` paths of similar length."""
+    batches = []
+    for gi, (group, adv) in enumerate(zip(groups, advantages)):
+        paths = list(group.paths)
+        order = sorted(range(len(paths)), key=lambda i: len(paths[i].token_ids))
+        chunks = math.ceil(len(order) / max_paths) if order else 0
+        for part in range(chunks):
+            rows = order[part * len(order) // chunks : (part + 1) * len(order) // chunks]
+            batches.append(_chunk(group, rows, adv, pad_id, gi))
+    return batches
+
+
+def _chunk(group, rows: list[int], adv: torch.Tensor, pad_id: int, gi: int) -> Batch:
+    paths = [group.paths[i] for i in rows]
+    lengths = torch.tensor([len(p.token_ids) for p in paths])  # (b,)
+    C = max(int(lengths.max()), 1)
+    mask = torch.arange(C)[None, :] < lengths[:, None]  # (b, C); row-major = path order
+    targets = torch.full((len(paths), C), pad_id, dtype=torch.long)
+    targets[mask] = torch.tensor([t for p in paths for t in p.token_ids], dtype=torch.long)
+    sampling_logp = torch.zeros((len(paths), C))
+    sampling_logp[mask] = torch.tensor(
+        [lp for p in paths for lp in list(p.logprobs)[: len(p.token_ids)]]
+    )
+    # scored under the distribution the worker sampled from (brorl.sampling owns the rule)
+    effective = [sampling.effective(p.sampling) for p in paths]
+    weight = torch.tensor([p.weight if p.weight > 0 else 1.0 for p in paths])
+    index = torch.tensor(rows, dtype=torch.long)
     return Batch(
-        input_ids=input_ids,
-        attention_mask=attention,
-        targets=input_ids[:, 1:].clone(),
-        loss_mask=loss_mask,
+        prompt_ids=torch.tensor(list(group.prompt_token_ids), dtype=torch.long),
+        targets=targets,
+        loss_mask=mask.float(),
         sampling_logp=sampling_logp,
-        advantages=torch.tensor([r[3] for r in rows], dtype=torch.float32),
-        temperature=torch.tensor([r[4] for r in rows], dtype=torch.float32),
-        version=torch.tensor([r[5] for r in rows], dtype=torch.long),
-        weight=torch.tensor([r[6] for r in rows], dtype=torch.float32),
-        top_k=torch.tensor([r[7] for r in rows], dtype=torch.long),
-        top_p=torch.tensor([r[8] for r in rows], dtype=torch.float32),
+        # a down-weighted duplicate pushes its group's update with a fraction of its advantage
+        advantages=adv[index] * weight,
+        temperature=torch.tensor([e.logprob_temperature for e in effective]),
+        top_k=torch.tensor([e.top_k for e in effective], dtype=torch.long),
+        top_p=torch.tensor([e.top_p for e in effective]),
+        version=torch.tensor([p.weight_version for p in paths], dtype=torch.long),
+        weight=weight,
+        path_index=index,
+        group_index=gi,
     )

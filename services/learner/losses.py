@@ -7,6 +7,7 @@ import torch
 
 from kernels import clipped_policy_loss, token_logprobs_entropy
 from services.learner.batch import Batch
+from services.learner.forward import completion_logits
 
 
 # Masked logits are set to this finite value rather than -inf: softmax gives them exactly 0 in
@@ -46,10 +47,8 @@ def truncate_logits(
 
 def token_logprobs(model, batch: Batch) -> tuple[torch.Tensor, torch.Tensor]:
     """(B, T) log-probs of the batch's targets and (B, T) entropies under each path's sampling
-    distribution: temperature, then the same top-k / top-p cut-off."""
-    logits = (
-        model(input_ids=batch.input_ids, attention_mask=batch.attention_mask).logits[:, :-1].float()
-    )  # (B, T, V)
+    distribution: temperature, then the same top-k / top-p cut-off. T: completion positions."""
+    logits = completion_logits(model, batch)  # (B, T, V)
     temps = batch.temperature
     truncated = bool((batch.top_k > 0).any() or (batch.top_p < 1).any())
     if not truncated and bool((temps == temps[0]).all()):

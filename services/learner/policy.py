@@ -11,7 +11,7 @@ import torch
 
 from brorl.runconfig import TrainConfig
 from services.learner import deepspeed_engine
-from services.learner.batch import advantages_of, build_batch
+from services.learner.batch import advantages_of, build_batches
 from services.learner.losses import policy_loss
 from services.learner.publish import export_final
 
@@ -24,13 +24,20 @@ class Policy:
 
         torch.manual_seed(train.seed)
         self.model_dir, self.train = model_dir, train
-        model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
+        # On CPU the eager attention beats SDPA's kernels at the few-token lengths RL paths
+        # have here (docs/performance.md); on CUDA SDPA is the faster one.
+        attention = "sdpa" if torch.cuda.is_available() else "eager"
+        model = AutoModelForCausalLM.from_pretrained(
+            model_dir, dtype=torch.float32, attn_implementation=attention
+        )
         # padding positions are masked out; any in-vocabulary id does
         ids = (model.config.pad_token_id, model.config.eos_token_id)
         self.pad_id = next((i for i in ids if isinstance(i, int)), 0)
         self.ref_model = None
         if train.kl_coef > 0:
-            self.ref_model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
+            self.ref_model = AutoModelForCausalLM.from_pretrained(
+                model_dir, dtype=torch.float32, attn_implementation=attention
+            )
             self.ref_model.eval().requires_grad_(False)
         self.engine = deepspeed_engine.build_engine(model, train, zero_stage)
 
@@ -39,19 +46,18 @@ class Policy:
         return self.engine.module
 
     def update(self, groups) -> dict[str, float]:
-        """One optimizer step over ``groups``, in micro-batches whose gradients accumulate
-        (token mean over the whole step); returns the step's learner/* statistics."""
+        """One optimizer step over ``groups``, in chunks (batch.build_batches) whose gradients
+        accumulate to the token mean over the whole step; returns learner/* statistics."""
         train = self.train
-        batch = build_batch(groups, advantages_of(groups, train.normalize_std), self.pad_id)
-        total_tokens = max(batch.tokens, 1)
+        advantages = advantages_of(groups, train.normalize_std)
+        chunks = build_batches(groups, advantages, self.pad_id, train.micro_batch_paths)
+        total_tokens = max(sum(c.tokens for c in chunks), 1)
         sums: Counter = Counter()
         self.engine.train()
-        starts = list(range(0, len(batch), train.micro_batch_paths))
-        for i, start in enumerate(starts):
-            micro = batch.slice(start, start + train.micro_batch_paths)
-            loss, stats = policy_loss(self.engine, micro, train, self.ref_model)
-            weight = micro.tokens / total_tokens
-            last = i == len(starts) - 1
+        for i, chunk in enumerate(chunks):
+            loss, stats = policy_loss(self.engine, chunk, train, self.ref_model)
+            weight = chunk.tokens / total_tokens
+            last = i == len(chunks) - 1
             self.engine.set_gradient_accumulation_boundary(last)
             self.engine.backward(loss * weight)
             if last:
@@ -61,14 +67,17 @@ class Policy:
             for k, v in stats.items():
                 sums[f"learner/{k}"] += v * weight
         rewards = [p.reward for g in groups for p in g.paths]
+        adv = torch.cat(advantages) if advantages else torch.zeros(0)
         sums.update(
             {
                 "learner/reward_mean": sum(rewards) / len(rewards),
-                "learner/paths": len(batch),
-                "learner/tokens": batch.tokens,
-                "learner/adv_std": float(batch.advantages.std()) if len(batch) > 1 else 0.0,
+                "learner/paths": float(len(rewards)),
+                "learner/tokens": float(total_tokens),
+                "learner/positions": float(sum(c.positions for c in chunks)),
+                "learner/chunks": float(len(chunks)),
+                "learner/adv_std": float(adv.std()) if len(adv) > 1 else 0.0,
                 "learner/nonzero_paths": float(
-                    ((batch.advantages != 0) & (batch.weight > 0)).sum()
+                    sum(((c.advantages != 0) & (c.weight > 0)).sum() for c in chunks)
                 ),
             }
         )

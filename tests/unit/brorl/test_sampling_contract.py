@@ -1,7 +1,7 @@
 """The learner scores each path under the distribution the worker sampled it from: the
 sampling parameters that reach the engine (worker side) must equal the ones the learner
 resolves from the path (batch side), for defaults and for every explicitly set value. Both
-sides run their real code here (JobFeed → RolloutWorker.process → build_batch); only the
+sides run their real code here (JobFeed → RolloutWorker.process → build_batches); only the
 engine, the reward service and Redis are stand-ins."""
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import pytest
 from brorl import sampling
 from brorl.runconfig import RunConfig
 from brorl.v1 import common_pb2, reward_pb2
-from services.learner.batch import advantages_of, build_batch
+from services.learner.batch import advantages_of, build_batches
 from services.learner.jobfeed import JobFeed
 from services.learner.prompts import Prompt
 from services.rollout.worker import RolloutWorker
@@ -100,21 +100,23 @@ def test_learner_and_worker_agree_on_every_sampling_field(tmp_path, name):
         worker.process(channels, channels.prompts, delivery)
     groups = [common_pb2.PathGroup.FromString(d.data) for d in channels.paths.read(count=100)]
     assert sum(len(g.paths) for g in groups) == run_cfg.sampling.n
-    batch = build_batch(groups, advantages_of(groups, normalize_std=False), pad_id=0)
+    batches = build_batches(
+        groups, advantages_of(groups, normalize_std=False), pad_id=0, max_paths=3
+    )
+    assert sum(len(b) for b in batches) == run_cfg.sampling.n
 
-    row = 0
     for job, call, group in zip(jobs, engine.calls, groups):
         learner = sampling.effective(group.paths[0].sampling)  # what the learner resolves
         # every field the engine was given, as the learner reads it back from the path
         assert call == {**learner.engine_kwargs(), "n": max(job.explore.oversample_m, learner.n)}
         assert learner.n == len(group.paths)
-        for _ in group.paths:
-            # the temperature and cut-offs the learner's log-probs are computed with
-            expected_t = call["temperature"] if call["temperature"] > 0 else 1.0
-            assert batch.temperature[row].item() == pytest.approx(expected_t)
-            assert batch.top_k[row].item() == call["top_k"]
-            assert batch.top_p[row].item() == pytest.approx(call["top_p"])
-            row += 1
+    for batch in batches:
+        call = engine.calls[batch.group_index]
+        # the temperature and cut-offs the learner's log-probs are computed with, every path
+        expected_t = call["temperature"] if call["temperature"] > 0 else 1.0
+        assert batch.temperature.tolist() == pytest.approx([expected_t] * len(batch))
+        assert batch.top_k.tolist() == [call["top_k"]] * len(batch)
+        assert batch.top_p.tolist() == pytest.approx([call["top_p"]] * len(batch))
     # and what the run config asked for is what the engine got
     s = run_cfg.sampling
     for call in engine.calls:

@@ -1,10 +1,9 @@
-
 import pytest
 import torch
 
 from brorl.v1 import common_pb2
 from services.learner.assembly import GroupAssembler
-from services.learner.batch import advantages_of, build_batch
+from services.learner.batch import advantages_of, build_batches
 from services.learner.losses import truncate_logits
 
 
@@ -32,22 +31,32 @@ def group(
     return g
 
 
-def test_batch_aligns_completion_tokens_with_their_predicting_positions():
-    g1 = group("a", [5, 6, 7], [[1, 2], [3]], [1.0, 0.0])
+def test_batches_hold_each_groups_prompt_once_and_its_completions_aligned():
+    g1 = group("a", [5, 6, 7], [[1, 2], [3], [9, 9, 9]], [1.0, 0.0, 1.0])
     g2 = group("b", [8], [[4, 4, 4, 2]], [1.0])
     adv = advantages_of([g1, g2], normalize_std=False)
-    batch = build_batch([g1, g2], adv, pad_id=0)
-    assert batch.input_ids.shape == (3, 5)
-    for b, (prompt, completion) in enumerate(
-        [([5, 6, 7], [1, 2]), ([5, 6, 7], [3]), ([8], [4, 4, 4, 2])]
-    ):
-        positions = batch.loss_mask[b].nonzero().flatten().tolist()
-        assert positions == list(range(len(prompt) - 1, len(prompt) - 1 + len(completion)))
-        assert batch.targets[b, positions].tolist() == completion
-        assert batch.sampling_logp[b, positions].tolist() == pytest.approx(
-            [-0.1 * (j + 1) for j in range(len(completion))]
-        )
-    assert batch.advantages.tolist() == pytest.approx([0.5, -0.5, 0.0])
+    batches = build_batches([g1, g2], adv, pad_id=0, max_paths=2)
+    # g1's three paths sorted by length and cut into chunks of at most 2; g2 alone
+    assert [(b.group_index, b.path_index.tolist()) for b in batches] == [
+        (0, [1]),
+        (0, [0, 2]),
+        (1, [0]),
+    ]
+    assert [tuple(b.targets.shape) for b in batches] == [(1, 1), (2, 3), (1, 4)]
+    for b in batches:
+        g = [g1, g2][b.group_index]
+        assert b.prompt_ids.tolist() == list(g.prompt_token_ids)
+        for row, i in enumerate(b.path_index.tolist()):
+            completion = list(g.paths[i].token_ids)
+            n = int(b.loss_mask[row].sum())
+            assert n == len(completion) and b.loss_mask[row, :n].all()
+            assert b.targets[row, :n].tolist() == completion
+            assert b.sampling_logp[row, :n].tolist() == pytest.approx(
+                [-0.1 * (j + 1) for j in range(n)]
+            )
+            assert b.advantages[row].item() == pytest.approx(adv[b.group_index][i].item())
+    assert sum(b.tokens for b in batches) == 2 + 1 + 3 + 4
+    assert [b.positions for b in batches] == [3 + 0, 3 + 2 * 2, 1 + 3]
 
 
 def test_advantages_for_groups_of_different_sizes():
@@ -112,36 +121,24 @@ def test_fanned_out_group_is_reassembled_exactly_once():
 
 def test_learner_logprobs_use_each_paths_temperature_and_cutoff():
     """The learner scores a path under the distribution it was sampled from."""
+    from services.learner.forward import completion_logits_reference
     from services.learner.losses import token_logprobs
+    from tests.unit.services.learner.tiny_model import tiny_qwen2
 
-    class Tiny(torch.nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.emb = torch.nn.Embedding(11, 11)
-
-        def forward(self, input_ids, attention_mask):
-            return type("Out", (), {"logits": self.emb(input_ids) * 3})()
-
-    torch.manual_seed(0)
-    model = Tiny()
-    greedy, prev = [], 2
-    for _ in range(3):  # the top-1 token at each step lies inside any top-k cut-off
-        prev = int(model.emb.weight[prev].argmax())
-        greedy.append(prev)
-    g1 = group("a", [1, 2], [greedy], [1.0], temperature=0.5)
-    g2 = group("b", [1, 2], [[3, 4, 5]], [0.0], temperature=1.5)
-    g1.paths[0].sampling.top_k = 4
-    batch = build_batch([g1, g2], advantages_of([g1, g2], normalize_std=False), pad_id=0)
+    model = tiny_qwen2(vocab=11)
+    g = group("a", [1, 2], [[3, 4, 5], [6, 7, 8]], [1.0, 0.0])
+    g.paths[0].sampling.temperature, g.paths[0].sampling.top_k = 0.5, 4
+    g.paths[1].sampling.temperature = 1.5
+    [batch] = build_batches([g], advantages_of([g], normalize_std=False), pad_id=0, max_paths=8)
     logp, _ = token_logprobs(model, batch)
-    logits = model(batch.input_ids, None).logits[:, :-1]
-    for b, (temp, k) in enumerate([(0.5, 4), (1.5, -1)]):
-        scaled = logits[b] / temp
+    logits = completion_logits_reference(model, batch)
+    for row, (temp, k) in enumerate([(0.5, 4), (1.5, -1)]):
+        scaled = logits[row] / temp
         if k > 0:
             kth = scaled.topk(k, -1).values[:, -1:]
-            scaled = scaled.masked_fill(scaled < kth, float("-inf"))
-        want = torch.log_softmax(scaled, -1).gather(-1, batch.targets[b, :, None]).squeeze(-1)
-        mask = batch.loss_mask[b] > 0
-        assert torch.allclose(logp[b][mask], want[mask], atol=1e-5)
-    assert not torch.allclose(
-        logp[0][batch.loss_mask[0] > 0], logp[1][batch.loss_mask[1] > 0], atol=1e-2
-    )
+            keep = scaled >= kth
+            keep[torch.arange(3), batch.targets[row]] = True  # the sampled token was inside
+            scaled = scaled.masked_fill(~keep, float("-inf"))
+        want = torch.log_softmax(scaled, -1).gather(-1, batch.targets[row, :, None]).squeeze(-1)
+        assert torch.allclose(logp[row], want, atol=1e-5)
+    assert not torch.allclose(logp[0], logp[1], atol=1e-2)

@@ -1,0 +1,212 @@
+"""The learner's policy update at the demo's settings: paths/s of this checkout, optionally
+against another git revision measured in the same run, and achieved FLOP/s ÷ a peak GEMM
+FLOP/s measured in the same run. Prints ONE JSON object.
+
+    python bench/learner_update.py [--baseline REV] [--groups 4] [--n 512] [--threads 1]
+
+The workload is the demo's shape: the demo's tiny Qwen2 (0.8 M parameters, random weights),
+``--groups`` groups of ``--n`` paths, a 6-token prompt per group, completions of 2-6 tokens,
+rewards 0/1, temperature 1, no top-k/top-p, and each revision's own ``micro_batch_paths``
+from its configs/demo.yaml unless ``--micro-batch`` is given. Each revision runs in its own
+subprocess (its own checkout on ``sys.path``); revisions alternate ``--repeats`` times and the
+best time of each counts (the machine is shared: the minimum is the least disturbed run).
+
+FLOPs: 6 × parameters × token positions actually run forward and backward, the work a dense
+transformer does per token; the same formula for both revisions, so their ratio of
+achieved FLOP/s is the ratio of useful work per second only where their token counts agree.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+
+# Runs inside a checkout: times that checkout's update on synthetic demo-shaped groups.
+RUNNER = r"""
+import json, os, random, sys, time
+import torch
+torch.set_num_threads(int(os.environ["BENCH_THREADS"]))
+from brorl.runconfig import TrainConfig
+from brorl.v1 import common_pb2
+args = json.loads(sys.argv[1])
+rng = random.Random(0)
+groups = []
+for g in range(args["groups"]):
+    prompt = [1] + [rng.randrange(4, 14) for _ in range(5)]
+    group = common_pb2.PathGroup(group_id=f"g{g}", prompt_token_ids=prompt)
+    for i in range(args["n"]):
+        toks = [rng.randrange(4, 21) for _ in range(rng.randint(2, 6))]
+        group.paths.add(path_id=f"g{g}/{i}", token_ids=toks, logprobs=[-1.0] * len(toks),
+                        reward=float(rng.random() < 0.5), sampling=common_pb2.SamplingParams(
+                            n=args["n"], temperature=1.0, top_k=-1, top_p=1.0, max_tokens=6))
+    groups.append(group)
+train = TrainConfig(lr=2e-4, micro_batch_paths=args["micro_batch"])
+try:
+    from services.learner.policy import Policy
+    policy = Policy(args["model"], train)
+    update = policy.update
+except ImportError:   # a revision before services/learner/policy.py: Trainer.update did the update
+    from collections import Counter
+    from transformers import AutoModelForCausalLM
+    from services.learner import strategy
+    from services.learner.train import Trainer
+    from brorl.runconfig import RunConfig
+    t = object.__new__(Trainer)
+    t.cfg = RunConfig.model_validate({"model": args["model"], "data": {"train_path": "-"},
+                                      "train": train.model_dump()})
+    model = AutoModelForCausalLM.from_pretrained(args["model"], dtype=torch.float32)
+    t.engine, t.pad_id, t.ref_model = strategy.build_engine(model, train, 0), 0, None
+    t.counters, t._last_group, t._generated_since_update = Counter(), {}, 0
+    update = t.update
+update(groups)   # warm-up: allocator, first-call paths
+times = []
+for _ in range(args["steps"]):
+    start = time.perf_counter()
+    stats = update(groups)
+    times.append(time.perf_counter() - start)
+# token positions run forward and backward (the old flat batch padded every path to the longest)
+longest = max(len(g.prompt_token_ids) + len(p.token_ids) for g in groups for p in g.paths)
+positions = stats.get("learner/positions", sum(len(g.paths) for g in groups) * longest)
+print(json.dumps({"seconds": times, "tokens": float(stats.get("learner/tokens", 0)),
+                  "positions": float(positions), "micro_batch": args["micro_batch"]}))
+"""
+
+
+def peak_gemm_flops(threads: int) -> float:
+    import torch
+
+    torch.set_num_threads(threads)
+    a, b = torch.randn(1024, 1024), torch.randn(1024, 1024)
+    best = float("inf")
+    for _ in range(10):
+        start = time.perf_counter()
+        a @ b
+        best = min(best, time.perf_counter() - start)
+    return 2 * 1024**3 / best
+
+
+def demo_micro_batch(checkout: Path) -> int:
+    """The revision's own demo setting (configs/demo.yaml: run.train.micro_batch_paths)."""
+    import yaml
+
+    demo = yaml.safe_load((checkout / "configs" / "demo.yaml").read_text())
+    return demo["run"]["train"]["micro_batch_paths"]
+
+
+def run_update(checkout: Path, model: str, args) -> dict:
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(checkout),
+        "BENCH_THREADS": str(args.threads),
+        "DS_ACCELERATOR": "cpu",
+        "TRANSFORMERS_VERBOSITY": "error",
+    }
+    spec = {
+        "model": model,
+        "groups": args.groups,
+        "n": args.n,
+        "steps": args.steps,
+        "micro_batch": args.micro_batch or demo_micro_batch(checkout),
+    }
+    out = subprocess.run(
+        [sys.executable, "-c", RUNNER, json.dumps(spec)],
+        cwd=checkout,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=1800,
+    )
+    if out.returncode != 0:
+        raise SystemExit(f"update in {checkout} failed:\n{out.stderr[-3000:]}")
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--baseline", default="", help="git revision to compare with (e.g. a commit)")
+    p.add_argument("--groups", type=int, default=4)
+    p.add_argument("--n", type=int, default=512)
+    p.add_argument("--micro-batch", type=int, default=0, help="0: configs/demo.yaml's")
+    p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--steps", type=int, default=3, help="timed updates per run")
+    p.add_argument("--repeats", type=int, default=2, help="alternating runs per revision")
+    args = p.parse_args()
+    sys.path.insert(0, str(REPO))
+    from demo.model import create_tiny_model
+
+    with tempfile.TemporaryDirectory() as tmp:
+        model = str(create_tiny_model(Path(tmp) / "model"))
+        checkouts = {"current": REPO}
+        if args.baseline:
+            base = Path(tmp) / "baseline"
+            subprocess.run(
+                [
+                    "git",
+                    "-C",
+                    str(REPO),
+                    "worktree",
+                    "add",
+                    "--detach",
+                    "-q",
+                    str(base),
+                    args.baseline,
+                ],
+                check=True,
+            )
+            checkouts["baseline"] = base
+        try:
+            peak = peak_gemm_flops(args.threads)
+            runs: dict[str, list[dict]] = {name: [] for name in checkouts}
+            for _ in range(args.repeats):
+                for name, checkout in checkouts.items():
+                    runs[name].append(run_update(checkout, model, args))
+        finally:
+            if args.baseline:
+                subprocess.run(
+                    ["git", "-C", str(REPO), "worktree", "remove", "--force", str(base)],
+                    check=False,
+                )
+        import torch
+        from transformers import AutoModelForCausalLM
+
+        params = sum(p.numel() for p in AutoModelForCausalLM.from_pretrained(model).parameters())
+    paths = args.groups * args.n
+    result = {
+        "bench": "learner_update",
+        "threads": args.threads,
+        "groups": args.groups,
+        "n": args.n,
+        "parameters": params,
+        "peak_gemm_flops": peak,
+        "torch": torch.__version__,
+    }
+    for name, rs in runs.items():
+        best = min(s for r in rs for s in r["seconds"])
+        flops = 6 * params * rs[0]["positions"] / best
+        result[name] = {
+            "seconds_per_update": best,
+            "paths_per_s": paths / best,
+            "completion_tokens": rs[0]["tokens"],
+            "positions": rs[0]["positions"],
+            "micro_batch_paths": rs[0]["micro_batch"],
+            "achieved_flops": flops,
+            "achieved_over_peak": flops / peak,
+        }
+    if args.baseline:
+        result["baseline"]["revision"] = args.baseline
+        result["speedup"] = (
+            result["baseline"]["seconds_per_update"] / result["current"]["seconds_per_update"]
+        )
+    print(json.dumps(result))
+
+
+if __name__ == "__main__":
+    main()
