@@ -4,6 +4,7 @@ model, and the one update a step makes from scored groups (pure math in batch.py
 from __future__ import annotations
 
 import logging
+import time
 from collections import Counter
 from pathlib import Path
 
@@ -16,6 +17,19 @@ from services.learner.losses import policy_loss
 from services.learner.publish import export_final
 
 log = logging.getLogger(__name__)
+
+
+class PhaseClock:
+    """Seconds spent per named phase, lap by lap (the step's time breakdown in metrics)."""
+
+    def __init__(self):
+        self.seconds: Counter = Counter()
+        self._last = time.perf_counter()
+
+    def lap(self, phase: str) -> None:
+        now = time.perf_counter()
+        self.seconds[phase] += now - self._last
+        self._last = now
 
 
 class Policy:
@@ -49,23 +63,29 @@ class Policy:
         """One optimizer step over ``groups``, in chunks (batch.build_batches) whose gradients
         accumulate to the token mean over the whole step; returns learner/* statistics."""
         train = self.train
+        clock = PhaseClock()
         advantages = advantages_of(groups, train.normalize_std)
         chunks = build_batches(groups, advantages, self.pad_id, train.micro_batch_paths)
         total_tokens = max(sum(c.tokens for c in chunks), 1)
+        clock.lap("batch")
         sums: Counter = Counter()
         self.engine.train()
         for i, chunk in enumerate(chunks):
             loss, stats = policy_loss(self.engine, chunk, train, self.ref_model)
+            clock.lap("forward")  # log-probs under the current (and reference) weights, loss
             weight = chunk.tokens / total_tokens
             last = i == len(chunks) - 1
             self.engine.set_gradient_accumulation_boundary(last)
             self.engine.backward(loss * weight)
+            clock.lap("backward")
             if last:
                 sums["learner/grad_norm"] = deepspeed_engine.grad_norm(self.engine)
-            self.engine.step()
+            self.engine.step()  # the optimizer steps at the boundary only
+            clock.lap("optimizer")
             sums["learner/loss"] += float(loss.detach()) * weight
             for k, v in stats.items():
                 sums[f"learner/{k}"] += v * weight
+        sums.update({f"learner/{k}_s": v for k, v in clock.seconds.items()})
         rewards = [p.reward for g in groups for p in g.paths]
         adv = torch.cat(advantages) if advantages else torch.zeros(0)
         sums.update(
