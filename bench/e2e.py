@@ -1,0 +1,221 @@
+"""The whole pipeline on the demo task, timed: one RL run through the real services, then the
+same rollout workers alone. Prints ONE JSON object (progress goes to stderr).
+
+    python bench/e2e.py [--eval-every 5] [--target 0.63] [key=value ...]
+
+``key=value`` overrides go to the demo recipe (configs/demo.yaml), e.g.
+``run.sampling.n=64 run.train.groups_per_step=16 run.train.steps=30``.
+
+Reported:
+* ``cluster_start_s``: from launching the services to every one SERVING (mostly vLLM engines);
+* ``rl_s`` and ``paths_per_s``: from StartRun to the last step, and generated paths per second;
+* ``rollout_alone_paths_per_s``: the same workers generating and scoring the same kind of groups
+  with no learner (one client thread per worker calling Generate then ScoreBatch), and
+  ``pipeline_ratio`` = paths_per_s / rollout_alone_paths_per_s;
+* ``step_phases_s``: mean seconds per step of each learner phase (wait for data, batch,
+  forward, backward, optimizer, publish) and the rollout's generate / score seconds per group;
+* ``learner_flops_over_peak``: 6 × parameters × positions / (forward + backward + optimizer
+  seconds), over a peak GEMM FLOP/s measured here with the learner's thread count;
+* ``accuracy_curve`` and ``seconds_to_target``: held-out greedy accuracy of the published
+  version every ``--eval-every`` steps (evaluated after the run, so evaluation takes no CPU
+  from it) and the RL seconds at the first step whose accuracy reaches ``--target``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import threading
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from brorl.apps import recipe  # noqa: E402
+from brorl.apps.demo_cmd import DemoConfig  # noqa: E402
+from brorl.apps.launcher import Cluster  # noqa: E402
+from brorl.apps.progress import watch_run  # noqa: E402
+from brorl.apps.sweep_cmd import eval_versions  # noqa: E402
+from brorl.client import LearnerClient, RewardClient, RolloutClient  # noqa: E402
+
+PHASES = ("wait", "batch", "forward", "backward", "optimizer", "publish")
+
+
+def log(msg: str) -> None:
+    print(f"[e2e] {msg}", file=sys.stderr, flush=True)
+
+
+def rollout_alone(cluster: Cluster, workers: int, run_cfg, prompts: list[dict], seconds: float):
+    """Paths/s of the workers generating + scoring groups like the run's, with no learner."""
+    s = run_cfg.sampling
+    counts = [0] * workers
+    deadline = time.monotonic() + seconds
+
+    def drive(i: int) -> None:
+        rollout = RolloutClient(cluster.rollout_address(i))
+        reward = RewardClient(cluster.reward_address, deadline_s=300)
+        k = i
+        while time.monotonic() < deadline:
+            row = prompts[k % len(prompts)]
+            k += workers
+            resp = rollout.generate(
+                row["prompt"],
+                n=s.n,
+                temperature=s.temperature_at(0),
+                top_k=s.top_k,
+                top_p=s.top_p,
+                max_tokens=s.max_tokens,
+            )
+            items = [
+                {
+                    "id": p.path_id,
+                    "prompt": row["prompt"],
+                    "completion": p.text,
+                    "reference": row["reference"],
+                }
+                for p in resp.paths
+            ]
+            reward.score_batch(run_cfg.reward_fn, items)
+            counts[i] += len(resp.paths)
+
+    start = time.monotonic()
+    threads = [threading.Thread(target=drive, args=(i,)) for i in range(workers)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return sum(counts) / (time.monotonic() - start)
+
+
+def peak_gemm_flops(threads: int) -> float:
+    import torch
+
+    torch.set_num_threads(threads)
+    a, b = torch.randn(1024, 1024), torch.randn(1024, 1024)
+    best = float("inf")
+    for _ in range(10):
+        start = time.perf_counter()
+        a @ b
+        best = min(best, time.perf_counter() - start)
+    return 2 * 1024**3 / best
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--eval-every", type=int, default=5, help="steps between evaluated versions")
+    p.add_argument("--target", type=float, default=0.63, help="held-out accuracy target")
+    p.add_argument("--rollout-seconds", type=float, default=30.0, help="rollout-alone window")
+    p.add_argument("--workdir", default=str(REPO / ".cache" / "demo"))
+    p.add_argument("--redis-url", default="redis://127.0.0.1:6379/0")
+    p.add_argument("--base-port", type=int, default=51100)
+    p.add_argument("overrides", nargs="*", help="demo recipe overrides (key=value)")
+    args = p.parse_args()
+
+    cfg = recipe.load_recipe(DemoConfig, recipe.CONFIGS / "demo.yaml", args.overrides)
+    work = Path(args.workdir).resolve()
+    inputs = recipe.prepare_inputs(cfg, work)
+    run_cfg = recipe.build_run_config(cfg, inputs)
+    spec = recipe.cluster_spec(
+        cfg,
+        inputs,
+        work,
+        redis_url=args.redis_url,
+        reward_port=args.base_port,
+        learner_port=args.base_port + 1,
+        rollout_base_port=args.base_port + 10,
+        learner_overrides={"keep_weight_versions": 100_000},
+        namespace=f"e2e-{os.getpid()}",
+    )
+    prompts = [json.loads(line) for line in inputs.data.read_text().splitlines()[:2000]]
+    launched = time.monotonic()
+    with Cluster(spec) as cluster:
+        cluster_start_s = time.monotonic() - launched
+        log(
+            f"cluster ready in {cluster_start_s:.0f}s; RL {run_cfg.train.steps} steps, "
+            f"N={run_cfg.sampling.n} x {run_cfg.train.groups_per_step} groups"
+        )
+        client = LearnerClient(cluster.learner_address)
+        info = client.start(recipe.run_config_yaml(run_cfg), run_id=time.strftime("e2e-%H%M%S"))
+        final = watch_run(client, info.run_id, info.total_steps, quiet=True)
+        client.close()
+        if final["state"] != "finished":
+            raise SystemExit(f"run {final['state']}: {final['message']}")
+        log("rollout alone ...")
+        alone = rollout_alone(cluster, cfg.workers, run_cfg, prompts, args.rollout_seconds)
+    run_dir = Path(final["run_dir"])
+    metrics = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    start = next(m["time"] for m in metrics if m.get("event") == "start")
+    steps = [m for m in metrics if "learner/loss" in m]
+    rl_s = steps[-1]["time"] - start
+    generated = steps[-1]["rollout/generated"]
+
+    evaluated = sorted(
+        {
+            min(s, len(steps))
+            for s in range(args.eval_every, len(steps) + args.eval_every, args.eval_every)
+        }
+    )
+    log(f"evaluating versions {evaluated} on {cfg.eval_problems} problems ...")
+    acc = eval_versions(run_dir / "weights", inputs.model, evaluated, cfg.eval_problems)
+    step_time = {int(m["step"]): m["time"] - start for m in steps}
+    curve = [{"step": s, "rl_s": step_time[s], "accuracy": acc[s]} for s in evaluated]
+    reached = next((c for c in curve if c["accuracy"] >= args.target), None)
+
+    def mean(key: str) -> float:
+        return statistics.fmean(m.get(key, 0.0) for m in steps)
+
+    phases = {ph: mean(f"learner/{ph}_s") for ph in PHASES}
+    phases["rollout_generate_per_group"] = statistics.fmean(
+        m["rollout/samples_per_s"]
+        and m["rollout/step_generated"]
+        / m["rollout/samples_per_s"]
+        / max(m["rollout/step_groups"], 1)
+        for m in steps
+    )
+    phases["reward_score_per_group"] = mean("reward/latency_ms") / 1000
+    compute_s = sum(
+        m.get(f"learner/{ph}_s", 0.0) for m in steps for ph in ("forward", "backward", "optimizer")
+    )
+    params = _parameters(inputs.model)
+    flops = 6 * params * sum(m.get("learner/positions", 0.0) for m in steps) / max(compute_s, 1e-9)
+    peak = peak_gemm_flops(max(cfg.threads_per_process, 1))
+    print(
+        json.dumps(
+            {
+                "bench": "e2e",
+                "overrides": args.overrides,
+                "workers": cfg.workers,
+                "n": run_cfg.sampling.n,
+                "groups_per_step": run_cfg.train.groups_per_step,
+                "steps": len(steps),
+                "cluster_start_s": cluster_start_s,
+                "rl_s": rl_s,
+                "paths_per_s": generated / rl_s,
+                "rollout_alone_paths_per_s": alone,
+                "pipeline_ratio": generated / rl_s / alone,
+                "step_phases_s": phases,
+                "learner_flops_over_peak": flops / peak,
+                "learner_flops": flops,
+                "peak_gemm_flops": peak,
+                "warmstart_accuracy": inputs.accuracy,
+                "accuracy_curve": curve,
+                "target": args.target,
+                "seconds_to_target": reached["rl_s"] if reached else None,
+                "step_at_target": reached["step"] if reached else None,
+            }
+        )
+    )
+
+
+def _parameters(model_dir: Path) -> int:
+    from transformers import AutoModelForCausalLM
+
+    return sum(p.numel() for p in AutoModelForCausalLM.from_pretrained(model_dir).parameters())
+
+
+if __name__ == "__main__":
+    main()
