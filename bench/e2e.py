@@ -1,9 +1,9 @@
 """The whole pipeline on the demo task, timed: one RL run through the real services, then the
 same rollout workers alone. Prints ONE JSON object (progress goes to stderr).
 
-    python bench/e2e.py [--eval-every 5] [--target 0.63] [key=value ...]
+    python bench/e2e.py [--config configs/demo_fast.yaml] [--eval-every 5] [--target 0.63] [k=v ...]
 
-``key=value`` overrides go to the demo recipe (configs/demo.yaml), e.g.
+``key=value`` overrides go to the demo recipe (configs/demo.yaml by default), e.g.
 ``run.sampling.n=64 run.train.groups_per_step=16 run.train.steps=30``.
 
 Reported:
@@ -24,6 +24,7 @@ Reported:
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import statistics
@@ -43,6 +44,20 @@ from brorl.apps.sweep_cmd import eval_versions  # noqa: E402
 from brorl.client import LearnerClient, RewardClient, RolloutClient  # noqa: E402
 
 PHASES = ("wait", "batch", "forward", "backward", "optimizer", "publish")
+
+
+@contextlib.contextmanager
+def stdout_to_stderr():
+    """Send this process's fd 1 (and its children's) to stderr: stdout carries the one JSON."""
+    sys.stdout.flush()
+    saved = os.dup(1)
+    os.dup2(2, 1)
+    try:
+        yield
+    finally:
+        sys.stdout.flush()
+        os.dup2(saved, 1)
+        os.close(saved)
 
 
 def log(msg: str) -> None:
@@ -109,80 +124,88 @@ def main() -> None:
     p.add_argument("--eval-every", type=int, default=5, help="steps between evaluated versions")
     p.add_argument("--target", type=float, default=0.63, help="held-out accuracy target")
     p.add_argument("--rollout-seconds", type=float, default=30.0, help="rollout-alone window")
+    p.add_argument("--config", default=str(REPO / "configs" / "demo.yaml"), help="demo recipe")
     p.add_argument("--workdir", default=str(REPO / ".cache" / "demo"))
     p.add_argument("--redis-url", default="redis://127.0.0.1:6379/0")
     p.add_argument("--base-port", type=int, default=51100)
     p.add_argument("overrides", nargs="*", help="demo recipe overrides (key=value)")
     args = p.parse_args()
 
-    cfg = recipe.load_recipe(DemoConfig, recipe.CONFIGS / "demo.yaml", args.overrides)
-    work = Path(args.workdir).resolve()
-    inputs = recipe.prepare_inputs(cfg, work)
-    run_cfg = recipe.build_run_config(cfg, inputs)
-    spec = recipe.cluster_spec(
-        cfg,
-        inputs,
-        work,
-        redis_url=args.redis_url,
-        reward_port=args.base_port,
-        learner_port=args.base_port + 1,
-        rollout_base_port=args.base_port + 10,
-        learner_overrides={"keep_weight_versions": 100_000},
-        namespace=f"e2e-{os.getpid()}",
-    )
-    prompts = [json.loads(line) for line in inputs.data.read_text().splitlines()[:2000]]
-    launched = time.monotonic()
-    with Cluster(spec) as cluster:
-        cluster_start_s = time.monotonic() - launched
-        log(
-            f"cluster ready in {cluster_start_s:.0f}s; RL {run_cfg.train.steps} steps, "
-            f"N={run_cfg.sampling.n} x {run_cfg.train.groups_per_step} groups"
+    with stdout_to_stderr():
+        cfg = recipe.load_recipe(DemoConfig, args.config, args.overrides)
+        work = Path(args.workdir).resolve()
+        inputs = recipe.prepare_inputs(cfg, work)
+        run_cfg = recipe.build_run_config(cfg, inputs)
+        spec = recipe.cluster_spec(
+            cfg,
+            inputs,
+            work,
+            redis_url=args.redis_url,
+            reward_port=args.base_port,
+            learner_port=args.base_port + 1,
+            rollout_base_port=args.base_port + 10,
+            learner_overrides={"keep_weight_versions": 100_000},
+            namespace=f"e2e-{os.getpid()}",
         )
-        client = LearnerClient(cluster.learner_address)
-        info = client.start(recipe.run_config_yaml(run_cfg), run_id=time.strftime("e2e-%H%M%S"))
-        final = watch_run(client, info.run_id, info.total_steps, quiet=True)
-        client.close()
-        if final["state"] != "finished":
-            raise SystemExit(f"run {final['state']}: {final['message']}")
-        log("rollout alone ...")
-        alone = rollout_alone(cluster, cfg.workers, run_cfg, prompts, args.rollout_seconds)
-    run_dir = Path(final["run_dir"])
-    metrics = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
-    start = next(m["time"] for m in metrics if m.get("event") == "start")
-    steps = [m for m in metrics if "learner/loss" in m]
-    rl_s = steps[-1]["time"] - start
-    generated = steps[-1]["rollout/generated"]
+        prompts = [json.loads(line) for line in inputs.data.read_text().splitlines()[:2000]]
+        launched = time.monotonic()
+        with Cluster(spec) as cluster:
+            cluster_start_s = time.monotonic() - launched
+            log(
+                f"cluster ready in {cluster_start_s:.0f}s; RL {run_cfg.train.steps} steps, "
+                f"N={run_cfg.sampling.n} x {run_cfg.train.groups_per_step} groups"
+            )
+            client = LearnerClient(cluster.learner_address)
+            info = client.start(recipe.run_config_yaml(run_cfg), run_id=time.strftime("e2e-%H%M%S"))
+            final = watch_run(client, info.run_id, info.total_steps, quiet=True)
+            client.close()
+            if final["state"] != "finished":
+                raise SystemExit(f"run {final['state']}: {final['message']}")
+            log("rollout alone ...")
+            alone = rollout_alone(cluster, cfg.workers, run_cfg, prompts, args.rollout_seconds)
+        run_dir = Path(final["run_dir"])
+        metrics = [
+            json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()
+        ]
+        start = next(m["time"] for m in metrics if m.get("event") == "start")
+        steps = [m for m in metrics if "learner/loss" in m]
+        rl_s = steps[-1]["time"] - start
+        generated = steps[-1]["rollout/generated"]
 
-    evaluated = sorted(
-        {
-            min(s, len(steps))
-            for s in range(args.eval_every, len(steps) + args.eval_every, args.eval_every)
-        }
-    )
-    log(f"evaluating versions {evaluated} on {cfg.eval_problems} problems ...")
-    acc = eval_versions(run_dir / "weights", inputs.model, evaluated, cfg.eval_problems)
-    step_time = {int(m["step"]): m["time"] - start for m in steps}
-    curve = [{"step": s, "rl_s": step_time[s], "accuracy": acc[s]} for s in evaluated]
-    reached = next((c for c in curve if c["accuracy"] >= args.target), None)
+        evaluated = sorted(
+            {
+                min(s, len(steps))
+                for s in range(args.eval_every, len(steps) + args.eval_every, args.eval_every)
+            }
+        )
+        log(f"evaluating versions {evaluated} on {cfg.eval_problems} problems ...")
+        acc = eval_versions(run_dir / "weights", inputs.model, evaluated, cfg.eval_problems)
+        step_time = {int(m["step"]): m["time"] - start for m in steps}
+        curve = [{"step": s, "rl_s": step_time[s], "accuracy": acc[s]} for s in evaluated]
+        reached = next((c for c in curve if c["accuracy"] >= args.target), None)
 
-    def mean(key: str) -> float:
-        return statistics.fmean(m.get(key, 0.0) for m in steps)
+        def mean(key: str) -> float:
+            return statistics.fmean(m.get(key, 0.0) for m in steps)
 
-    phases = {ph: mean(f"learner/{ph}_s") for ph in PHASES}
-    phases["rollout_generate_per_group"] = statistics.fmean(
-        m["rollout/samples_per_s"]
-        and m["rollout/step_generated"]
-        / m["rollout/samples_per_s"]
-        / max(m["rollout/step_groups"], 1)
-        for m in steps
-    )
-    phases["reward_score_per_group"] = mean("reward/latency_ms") / 1000
-    compute_s = sum(
-        m.get(f"learner/{ph}_s", 0.0) for m in steps for ph in ("forward", "backward", "optimizer")
-    )
-    params = _parameters(inputs.model)
-    flops = 6 * params * sum(m.get("learner/positions", 0.0) for m in steps) / max(compute_s, 1e-9)
-    peak = peak_gemm_flops(max(cfg.threads_per_process, 1))
+        phases = {ph: mean(f"learner/{ph}_s") for ph in PHASES}
+        phases["rollout_generate_per_group"] = statistics.fmean(
+            m["rollout/samples_per_s"]
+            and m["rollout/step_generated"]
+            / m["rollout/samples_per_s"]
+            / max(m["rollout/step_groups"], 1)
+            for m in steps
+        )
+        phases["reward_score_per_group"] = mean("reward/latency_ms") / 1000
+        compute_s = sum(
+            m.get(f"learner/{ph}_s", 0.0)
+            for m in steps
+            for ph in ("forward", "backward", "optimizer")
+        )
+        params = _parameters(inputs.model)
+        flops = (
+            6 * params * sum(m.get("learner/positions", 0.0) for m in steps) / max(compute_s, 1e-9)
+        )
+        peak = peak_gemm_flops(max(cfg.threads_per_process, 1))
     print(
         json.dumps(
             {

@@ -1,3 +1,5 @@
+from pathlib import Path
+
 import pytest
 from pydantic import Field
 
@@ -139,3 +141,17 @@ def test_recipe_bases_are_checked(tmp_path):
     with pytest.raises(InvalidArgument) as err:
         load_recipe(DemoConfig, tmp_path / "c.yaml")
     assert err.value.field == "eval_problems"
+
+
+def test_the_fast_demo_recipe_narrows_groups_over_the_demo():
+    from brorl.apps.demo_cmd import DemoConfig
+    from brorl.apps.recipe import CONFIGS, DemoInputs, build_run_config, load_recipe
+
+    inputs = DemoInputs(model=Path("/m"), data=Path("/d.jsonl"), accuracy=0.1)
+    demo = build_run_config(load_recipe(DemoConfig, CONFIGS / "demo.yaml"), inputs)
+    fast = build_run_config(load_recipe(DemoConfig, CONFIGS / "demo_fast.yaml"), inputs)
+    assert (fast.sampling.n, fast.train.groups_per_step) == (64, 8)
+    assert fast.asynchrony.max_inflight_groups >= 2 * fast.train.groups_per_step
+    # everything else is the demo's recipe
+    assert fast.reward_fn == demo.reward_fn and fast.train.lr == demo.train.lr
+    assert fast.sampling.max_tokens == demo.sampling.max_tokens
