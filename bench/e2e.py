@@ -13,7 +13,8 @@ Reported:
   with no learner (one client thread per worker calling Generate then ScoreBatch), and
   ``pipeline_ratio`` = paths_per_s / rollout_alone_paths_per_s;
 * ``step_phases_s``: mean seconds per step of each learner phase (wait for data, batch,
-  forward, backward, optimizer, publish) and the rollout's generate / score seconds per group;
+  forward, backward, optimizer, publish) and, per group, the rollout's generate and score
+  seconds and its reload and idle seconds before the job;
 * ``learner_flops_over_peak``: 6 × parameters × positions / (forward + backward + optimizer
   seconds), over a peak GEMM FLOP/s measured here with the learner's thread count;
 * ``accuracy_curve`` and ``seconds_to_target``: held-out greedy accuracy of the published
@@ -196,6 +197,9 @@ def main() -> None:
             for m in steps
         )
         phases["reward_score_per_group"] = mean("reward/latency_ms") / 1000
+        # a worker's time between two jobs: reloading published weights, then waiting for work
+        phases["rollout_reload_per_group"] = mean("rollout/reload_s")
+        phases["rollout_idle_per_group"] = mean("rollout/idle_s")
         compute_s = sum(
             m.get(f"learner/{ph}_s", 0.0)
             for m in steps

@@ -5,6 +5,7 @@ not acked stays pending and comes back from ``take_over``."""
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 from typing import Callable
 
@@ -35,6 +36,10 @@ class MemoryStreamQueue:
         for e in taken:
             self.pending[e] = self.pending.get(e, 0) + 1
         return [Delivery(e, self.entries[e], self.pending[e]) for e in taken]
+
+    @contextlib.contextmanager
+    def lease(self, entry_id: str):
+        yield  # nothing here reclaims idle entries, so there is nothing to renew
 
     def take_over(self, count: int = 10_000) -> list[Delivery]:
         return [Delivery(e, self.entries[e], n) for e, n in list(self.pending.items())[:count]]

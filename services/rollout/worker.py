@@ -60,6 +60,9 @@ class RolloutWorker:
         self.stats = stats or WorkerStats()
         self.name = q.consumer_name()
         self._runs: dict[str, tuple[q.RunChannels, q.StreamQueue]] = {}
+        # where the time between two jobs went (reported with the next group's stats)
+        self._free_since = time.perf_counter()
+        self._reload_s = 0.0
         self.loaded_run = ""  # the run whose published weights the engine holds ("" = model dir)
 
     def run(self, stop: threading.Event) -> None:
@@ -106,15 +109,21 @@ class RolloutWorker:
             return
         if run_id == self.loaded_run and pointer.version <= self.engine.weight_version:
             return
-        path = WeightStore.verify(pointer)
         start = time.perf_counter()
+        path = WeightStore.verify(pointer)  # every file's hash: part of the reload's cost
         with self.lock:
             self.engine.load_weights(str(path), pointer.version)
             self.loaded_run = run_id
         self.stats.reloads += 1
+        self._reload_s += time.perf_counter() - start
         log.info("loaded weight version %d in %.2fs", pointer.version, time.perf_counter() - start)
 
     def process(self, channels: q.RunChannels, queue: q.StreamQueue, delivery: q.Delivery) -> None:
+        between = {  # since the previous job: reloading weights, then waiting for work
+            "rollout/reload_s": self._reload_s,
+            "rollout/idle_s": max(time.perf_counter() - self._free_since - self._reload_s, 0.0),
+        }
+        self._reload_s = 0.0
         try:
             job = common_pb2.PromptJob.FromString(delivery.data)
         except DecodeError as exc:
@@ -171,7 +180,7 @@ class RolloutWorker:
             part_count=job.part_count,
             generated=len(samples),
             dropped=chosen.dropped,
-            stats=chosen.stats,
+            stats={**chosen.stats, **between},
         )
         fresh = channels.publish_group(
             queue, delivery.entry_id, job.job_id, group.SerializeToString()
@@ -179,6 +188,7 @@ class RolloutWorker:
         self.stats.paths_generated += len(samples)
         self.stats.tokens_generated += sum(len(x.token_ids) for x in samples)
         self.stats.groups_published += int(fresh)
+        self._free_since = time.perf_counter()
         log.info(
             "group %s: %d paths v%d gen %.2fs score %.2fs%s",
             job.group_id,

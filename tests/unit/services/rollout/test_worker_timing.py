@@ -1,0 +1,52 @@
+"""The worker reports where its time between jobs went: reloading weights, or idle."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+from brorl.v1 import common_pb2
+from brorl.weights import WeightStore
+from tests.memory_queue import MemoryChannels, MemoryRegistry
+from tests.unit.brorl.test_sampling_contract import AlternatingReward, RecordingEngine
+from services.rollout.worker import RolloutWorker
+
+
+class SlowLoadingEngine(RecordingEngine):
+    def load_weights(self, path: str, version: int) -> None:
+        time.sleep(0.05)
+        self.weight_version = version
+
+
+def test_reload_and_idle_seconds_ride_with_the_next_group(tmp_path):
+    store = WeightStore(tmp_path / "weights")
+    staging = store.staging_dir(1)
+    (staging / "model.safetensors").write_bytes(b"w")
+    channels = MemoryChannels("r1")
+    channels.publish_weights(store.commit(1, staging))
+    worker = RolloutWorker(
+        SlowLoadingEngine(),
+        threading.Lock(),
+        MemoryRegistry(),
+        lambda run: channels,
+        AlternatingReward(),
+        run_id="r1",
+    )
+    for i in range(2):
+        job = common_pb2.PromptJob(
+            run_id="r1",
+            job_id=f"r1/{i}/0",
+            group_id=f"g{i}",
+            prompt="1+1=",
+            part_count=1,
+            sampling=common_pb2.SamplingParams(n=4, temperature=1.0),
+        )
+        channels.prompts.put(job.SerializeToString())
+    time.sleep(0.03)  # idle before the first job
+    worker.step()  # reloads version 1 (50 ms), then takes the job
+    worker.step()  # nothing to reload
+    first, second = (common_pb2.PathGroup.FromString(d.data) for d in channels.paths.read(count=2))
+    assert first.stats["rollout/reload_s"] >= 0.05
+    assert first.stats["rollout/idle_s"] >= 0.03
+    assert second.stats["rollout/reload_s"] == 0.0
+    assert 0.0 <= second.stats["rollout/idle_s"] < first.stats["rollout/idle_s"]
