@@ -9,6 +9,9 @@ brorl generate PROMPT --n 8      sample paths from a rollout service
 brorl score --fn NAME ...        score one completion
 brorl warmstart / brorl eval     the demo model's supervised warm-start and its evaluation
 brorl rm train ...               train a pairwise reward model
+
+Every subcommand checks its inputs before it starts anything (brorl/apps/checks.py); a bad one
+is answered with one line on stderr and exit code 2. Exit codes: docs/cluster.md.
 """
 
 from __future__ import annotations
@@ -24,7 +27,7 @@ from pathlib import Path
 
 import grpc
 
-from brorl.apps import demo_cmd, sweep_cmd
+from brorl.apps import checks, demo_cmd, sweep_cmd
 from brorl.apps.launcher import REPO_ROOT, Cluster, ClusterSpec
 from brorl.apps.progress import watch_run
 from brorl.client import LearnerClient, RewardClient, RolloutClient
@@ -68,7 +71,7 @@ def cmd_cluster(args) -> int:
                 print("\nstopping", flush=True)
     except (RuntimeError, TimeoutError) as exc:  # a service died or never became ready: all stopped
         print(f"error: {exc}\nstopped every process of the cluster", file=sys.stderr)
-        return 1
+        return checks.EXIT_FAILED
     return 0
 
 
@@ -154,7 +157,7 @@ def cmd_score(args) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+    p = checks.Parser(
         prog="brorl", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     p.add_argument("--log-level", default="WARNING")
@@ -233,25 +236,28 @@ def main(argv: list[str] | None = None) -> int:
         level=getattr(logging, args.log_level.upper(), logging.WARNING),
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
-    if getattr(args, "passthrough", None):
-        module, prefix = args.passthrough
-        if args.command == "rm" and rest[:1] == ["train"]:
-            rest = rest[1:]
-        return _passthrough(module, prefix + rest)
-    if rest:
+    passthrough = getattr(args, "passthrough", None)
+    if passthrough and args.command == "rm" and rest[:1] == ["train"]:
+        rest = rest[1:]
+    if rest and not passthrough:
         parser.error(f"unrecognized arguments: {' '.join(rest)}")
-    # SIGTERM stops like Ctrl-C, so a launched cluster is torn down by its context manager.
-    signal.signal(signal.SIGTERM, _interrupt)
     try:
+        # Inputs first: nothing is started (no process, no warm-start) before they pass.
+        checks.PREFLIGHT[args.command](args, rest)
+        if passthrough:
+            module, prefix = passthrough
+            return _passthrough(module, prefix + rest)
+        # SIGTERM stops like Ctrl-C, so a launched cluster is torn down by its context manager.
+        signal.signal(signal.SIGTERM, _interrupt)
         return args.handler(args)
     except BrorlError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
+        print(f"error: {checks.one_line(exc)}", file=sys.stderr)
+        return checks.EXIT_BAD_INPUT
     except grpc.RpcError as exc:
-        print(f"error: {exc.code().name}: {exc.details()}", file=sys.stderr)
-        return 2
+        print(f"error: {exc.code().name}: {checks.one_line(exc.details())}", file=sys.stderr)
+        return checks.EXIT_BAD_INPUT
     except KeyboardInterrupt:
-        return 130
+        return checks.EXIT_INTERRUPTED
 
 
 if __name__ == "__main__":

@@ -67,6 +67,11 @@ def add_arguments(p) -> None:
     )
 
 
+def ports(base: int) -> dict[str, int]:
+    """The cluster's ports from ``--base-port`` (the sweep and its input checks share this)."""
+    return {"reward_port": base, "learner_port": base + 1, "rollout_base_port": base + 10}
+
+
 def plan(cfg: SweepConfig) -> list[dict]:
     """Every (regime, N, seed) run with its learner steps, in the order they run."""
     per_step = int(cfg.run.get("train", {}).get("groups_per_step", 1))  # prompts per update
@@ -141,9 +146,7 @@ def run_sweep(args) -> int:
         inputs,
         work,
         redis_url=args.redis_url,
-        reward_port=args.base_port,
-        learner_port=args.base_port + 1,
-        rollout_base_port=args.base_port + 10,
+        **ports(args.base_port),
         learner_overrides={"keep_weight_versions": 100_000},
         namespace=f"sweep-{os.getpid()}",
     )
