@@ -2,19 +2,26 @@
 (sandbox/pool.py / sandbox/runner.py).
 
 Reference format (the ``reference`` field of a ScoreRequest):
-  * a JSON object ``{"tests": ["assert f(1) == 2", ...], "setup": "import math"}`` — each test is a
-    snippet of Python run after the completion in the same namespace; ``setup`` (optional, trusted)
-    runs before the completion;
-  * or a JSON list of test snippets;
+  * a JSON object ``{"tests": ["assert f(1) == 2", ...], "setup": "import math"}`` — each test is
+    one ``assert`` statement; ``setup`` (optional, trusted) runs before the completion and again,
+    alone, in the checking process;
+  * or a JSON list of tests;
   * or plain text: one test per non-empty line that is not a comment.
+Tests compare plain data only (sandbox/harness.py, sandbox/checker.py): the completion runs in a
+process of its own, which only answers what the completion's chains (``f(1)``, ``Stack().pop()``)
+evaluate to, as plain built-in data; the rest of each test — the expected values, the comparison,
+builtins and setup helpers — is evaluated in a checking process the completion cannot reach. So
+``__eq__`` overrides, subclasses of int/str/list, patched builtins, early exits and forged reports
+do not pass a test.
 The code is the last fenced block of the completion (```python ... ```), else the whole completion;
 with ``prepend_prompt`` the prompt is put in front (HumanEval style: the prompt holds the
 signature).
 
 Status: ok — a verdict (tests passed or not, syntax errors and exceptions included); timeout — the
 wall-time or CPU-time limit stopped it; error — a sandbox limit or denial stopped it (memory,
-processes, file size, disk, network, writing outside its directory, other processes), or the
-reference/infrastructure failed. Anything but ok scores 0.
+processes, file size, disk, network, writing outside its directory, other processes), it exited
+before the tests finished or broke the checker's protocol, or the reference/infrastructure failed.
+Anything but ok scores 0.
 """
 
 from __future__ import annotations
@@ -26,6 +33,7 @@ import signal
 
 from services.reward.base import Score, ScoreItem
 from services.reward.config import BUILTIN_FUNCTIONS, CodeSpec
+from services.reward.sandbox.checker import parse_test
 from services.reward.sandbox.pool import SandboxPool, SandboxSettings
 
 _FENCE = re.compile(r"```[ \t]*(?:python3?|py)?[ \t]*\n(.*?)```", re.DOTALL | re.IGNORECASE)
@@ -78,6 +86,8 @@ def parse_reference(text: str, max_tests: int = 200) -> tuple[str, list[str]]:
         raise ValueError('reference has no tests; give {"tests": ["assert f(1) == 2", ...]}')
     if len(tests) > max_tests:
         raise ValueError(f"reference has {len(tests)} tests; at most {max_tests} (code.max_tests)")
+    for index, test in enumerate(tests):
+        parse_test(test, index)  # one assert statement each: only those are checked as plain data
     return setup, tests
 
 
@@ -138,7 +148,11 @@ def interpret(answer: dict, n_tests: int, spec: CodeSpec) -> Score:
     if "runner_error" in answer:
         return Score(0.0, status="error", detail=answer["runner_error"])
     lines = [ln for ln in answer.get("lines", []) if isinstance(ln, dict)]
-    stage = {ln.get("stage"): ln for ln in lines if ln.get("stage") in ("syntax", "run", "done")}
+    stage = {
+        ln.get("stage"): ln
+        for ln in lines
+        if ln.get("stage") in ("syntax", "run", "done", "tamper")
+    }
     results = {
         ln.get("index"): ln
         for ln in lines
@@ -165,6 +179,9 @@ def interpret(answer: dict, n_tests: int, spec: CodeSpec) -> Score:
         return fail("timeout", f"wall-time limit ({spec.wall_s:g}s) exceeded")
     if sig == signal.SIGXCPU or (sig == signal.SIGKILL and comps["cpu_s"] >= spec.cpu_s * 0.9):
         return fail("timeout", f"CPU-time limit ({spec.cpu_s:g}s) exceeded")
+    if "tamper" in stage:
+        why = str(stage["tamper"].get("detail") or "")[:200]
+        return fail("error", f"sandbox: the completion broke the checker's protocol ({why})")
     errors = [
         stage.get("syntax", {}).get("error") if syntax_ok is False and "syntax" in stage else None,
         stage.get("run", {}).get("error"),

@@ -10,10 +10,13 @@ pid 1 of the new pid namespace; the whole filesystem is remounted read-only, a s
 holds the job directories, a fresh /proc shows only sandbox processes, the network has only a down
 loopback.
 Each job runs in a forked child: own session/process group, rlimits (CPU, address space, file size,
-processes, open files, no core), no_new_privs, its own uid/gid from a block of unused ids (so the
-process limit counts only that job and it cannot signal or read anything of ours), an empty
-environment, cwd = a private 0700 directory. After a job, every process left with its uid is killed.
-Isolation "guard" (not root): rlimits, process group and an audit-hook guard (see harness.py).
+processes, open files, no core), no_new_privs, an empty environment, cwd = a private 0700 directory.
+The child splits into the checker and the completion's process (harness.py), each with its own
+uid/gid from a block of unused ids (job uid, job uid + concurrency), so the process limit counts
+only that job and neither our processes nor the checker can be signalled or read by the completion.
+After a job, every process left with either uid is killed.
+Isolation "guard" (not root): rlimits, process group and an audit-hook guard on the completion's
+process (see harness.py).
 Standard library only; nothing of the service (and none of its environment) is loaded here.
 """
 
@@ -177,8 +180,8 @@ class Runner:
             job = Job(req, uid, os.path.join(self.cfg["root"], f"job{self.counter}"))
             job.nonce = req["nonce"] = os.urandom(16).hex()
             os.mkdir(job.path, 0o700)
-            if self.drop:
-                os.chown(job.path, uid, uid)
+            if self.drop:  # the completion's uid; the checker needs nothing of the directory
+                os.chown(job.path, uid + self.cfg["concurrency"], uid + self.cfg["concurrency"])
             rfd, wfd = os.pipe()
             pid = os.fork()
             if pid == 0:
@@ -205,6 +208,8 @@ class Runner:
             os.closerange(wfd + 1, 65536)
             self.queue.clear()  # other jobs' tests are none of its business
             self.running.clear()
+            self.inbuf[:] = bytes(len(self.inbuf))  # may hold part of the next job (its tests)
+            self.inbuf.clear()
             job.nonce = ""  # only the harness keeps it
             os.chdir(job.path)
             cfg = self.cfg
@@ -227,10 +232,6 @@ class Runner:
                 ctypes.c_ulong(0),
             )
             libc.prctl(PR_SET_PDEATHSIG, ctypes.c_ulong(signal.SIGKILL))
-            if self.drop:
-                os.setgroups([])
-                os.setresgid(job.uid, job.uid, job.uid)
-                os.setresuid(job.uid, job.uid, job.uid)
             sys.path[:] = self.job_path
             view = self.cfg.get("stdlib_view")
             for module in (
@@ -242,9 +243,9 @@ class Runner:
             os.environ.clear()
             os.environ.update(JOB_ENV, HOME=job.path, TMPDIR=job.path)
             os.umask(0o077)
-            if not self.namespaces:
-                harness.install_guard(job.path)
-            harness.run(job.req, wfd)
+            # Two processes, each on its own uid when root: the checker and the completion.
+            uids = (job.uid, job.uid + cfg["concurrency"]) if self.drop else None
+            harness.run(job.req, wfd, uids, "" if self.namespaces else job.path)
         except BaseException:  # noqa: BLE001 - nothing may escape into the server's loop
             os._exit(70)
         os._exit(0)
@@ -258,9 +259,12 @@ class Runner:
         self._sweep(job.uid)
 
     def _sweep(self, uid: int) -> None:
-        """Kill every process still running as ``uid`` (forked or daemonised children of a job)."""
-        if not self.drop:
-            return
+        """Kill every process still running as the job's uids (checker, completion and whatever
+        the completion forked or daemonised)."""
+        for each in (uid, uid + self.cfg["concurrency"]) if self.drop else ():
+            self._sweep_uid(each)
+
+    def _sweep_uid(self, uid: int) -> None:
         for _ in range(20):
             if not self.namespaces or self._has_processes(uid):
                 helper = os.fork()

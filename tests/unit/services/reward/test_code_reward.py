@@ -1,4 +1,7 @@
+import ast
+import builtins
 import json
+import math
 import os
 import signal
 
@@ -12,6 +15,7 @@ from services.reward.functions.code_reward import (
     parse_reference,
 )
 from services.reward.config import CodeSpec
+from services.reward.sandbox import checker
 
 
 def test_reference_formats():
@@ -35,6 +39,10 @@ def test_reference_formats():
         ('{"tests": ["assert x"], "extra": 1}', "unknown reference keys"),
         ('{"tests": ["assert x"], "setup": 3}', "setup"),
         ("", "no tests"),
+        ('["assert f(1) == 2", "x = f(1)"]', "test 1 must be one assert statement"),
+        ('["check(f)"]', "test 0 must be one assert statement"),
+        ('["assert f(1) == 2\\nassert f(2) == 3"]', "test 0 must be one assert statement"),
+        ('["assert f(1) =="]', "test 0 does not parse"),
     ],
 )
 def test_bad_references_say_what_to_write(ref, fix):
@@ -170,3 +178,126 @@ def test_guard_mode_refuses_network_writes_and_processes(tmp_path):
         assert not target.exists()
     finally:
         fn.close()
+
+
+def test_a_broken_protocol_scores_zero():
+    """The checker says so when the completion's process wrote what the protocol does not allow."""
+    tamper = {"stage": "tamper", "detail": "a line that is not a JSON object"}
+    s = interpret(_answer(SYN, RUN, _test(0, True), tamper), 1, CodeSpec(mode="partial"))
+    assert (s.reward, s.status) == (0.0, "error") and "broke the checker's protocol" in s.detail
+
+
+PLAIN = [
+    None,
+    True,
+    0,
+    -(2**100),
+    2**53,
+    1.5,
+    -0.0,
+    math.inf,
+    2 - 3j,
+    "é\ud800",
+    b"\x00\xff",
+    [1, [2, (3,)]],
+    (),
+    {"a": {1: frozenset({2})}, (1, "x"): None},
+    {1, 2.5, "s"},
+]
+
+
+@pytest.mark.parametrize("value", PLAIN, ids=repr)
+def test_plain_data_round_trips_with_exact_types(value):
+    back = checker.decode(json.loads(json.dumps(checker.encode(value))))
+    assert back == value and repr(back) == repr(value)
+    assert checker.decode(checker.encode(math.nan)) != checker.decode(checker.encode(math.nan))
+
+
+class _Meta(type):
+    def __eq__(cls, other):
+        return True
+
+    __hash__ = type.__hash__
+
+
+class _Lies(metaclass=_Meta):
+    pass
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        type("I", (int,), {})(3),
+        type("S", (str,), {})("x"),
+        type("L", (list,), {})(),
+        type("D", (dict,), {})(),
+        bytearray(b"x"),
+        _Lies(),
+        [1, object()],
+        {1: len},
+        iter([1]),
+    ],
+    ids=lambda v: type(v).__name__,
+)
+def test_anything_else_is_not_plain_data(value):
+    with pytest.raises(checker.NotPlainData):
+        checker.encode(value)
+
+
+def test_deep_nesting_is_refused_both_ways():
+    deep: list = []
+    for _ in range(checker.MAX_DEPTH + 1):
+        deep = [deep]
+    with pytest.raises(checker.NotPlainData, match="nested deeper"):
+        checker.encode(deep)
+    tree: list = ["l"]
+    for _ in range(checker.MAX_DEPTH + 1):
+        tree = ["l", tree]
+    with pytest.raises(ValueError):
+        checker.decode(tree)
+
+
+@pytest.mark.parametrize(
+    "tree",
+    [{"a": 1}, ["?"], [], [1], ["s", ["l"]], ["d", ["l"], 1], ["d", 1], ["i", 5], ["c", "1", 2]],
+    ids=repr,
+)
+def test_decode_refuses_what_encode_never_writes(tree):
+    with pytest.raises(ValueError):
+        checker.decode(tree)
+
+
+def _plan(test: str, known=("math", "CASES")):
+    planner = checker.Planner(lambda name: name in known or name in vars(builtins))
+    tree = planner.plan(checker.parse_test(test, 0).test)
+    return ast.unparse(tree.body), planner.chains
+
+
+@pytest.mark.parametrize(
+    "test,chains,planned",
+    [
+        ("assert add(2, 3) == 5", ["add(2, 3)"], "__brorl_probe__(0, {}) == 5"),
+        (
+            "assert abs(f(x) - 1.5) < 1e-06",
+            ["f(x)"],
+            "abs(__brorl_probe__(0, {}) - 1.5) < 1e-06",
+        ),
+        ("assert len(dup('ab')) == 4", ["dup('ab')"], "len(__brorl_probe__(0, {})) == 4"),
+        ("assert Stack().pop() == math.pi", ["Stack().pop()"], None),
+        ("assert f(f(2))[0].real is None", ["f(f(2))[0].real"], None),
+        (
+            "assert all(sq(i) == o for i, o in CASES)",
+            ["sq(i)"],
+            "all((__brorl_probe__(0, {'i': i}) == o for i, o in CASES))",
+        ),
+        ("assert sorted(xs, key=lambda v: g(v))", ["xs", "g(v)"], None),
+        ("assert math.isclose(1, 1)", [], "math.isclose(1, 1)"),
+    ],
+)
+def test_planner_sends_only_the_completions_chains(test, chains, planned):
+    """Everything but the chains rooted at the completion's names stays in the checker: the
+    expected values, the comparisons, builtins like len/abs and setup names like math."""
+    got, got_chains = _plan(test)
+    assert got_chains == chains
+    if planned:
+        assert got == planned
