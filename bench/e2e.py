@@ -37,6 +37,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from bench.peak import peak_gemm_flops  # noqa: E402
 from brorl.apps import recipe  # noqa: E402
 from brorl.apps.demo_cmd import DemoConfig  # noqa: E402
 from brorl.apps.launcher import Cluster  # noqa: E402
@@ -105,19 +106,6 @@ def rollout_alone(cluster: Cluster, workers: int, run_cfg, prompts: list[dict], 
     for t in threads:
         t.join()
     return sum(counts) / (time.monotonic() - start)
-
-
-def peak_gemm_flops(threads: int) -> float:
-    import torch
-
-    torch.set_num_threads(threads)
-    a, b = torch.randn(1024, 1024), torch.randn(1024, 1024)
-    best = float("inf")
-    for _ in range(10):
-        start = time.perf_counter()
-        a @ b
-        best = min(best, time.perf_counter() - start)
-    return 2 * 1024**3 / best
 
 
 def main() -> None:

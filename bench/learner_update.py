@@ -24,7 +24,6 @@ import os
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -80,19 +79,6 @@ print(json.dumps({"seconds": times, "tokens": float(stats.get("learner/tokens", 
 """
 
 
-def peak_gemm_flops(threads: int) -> float:
-    import torch
-
-    torch.set_num_threads(threads)
-    a, b = torch.randn(1024, 1024), torch.randn(1024, 1024)
-    best = float("inf")
-    for _ in range(10):
-        start = time.perf_counter()
-        a @ b
-        best = min(best, time.perf_counter() - start)
-    return 2 * 1024**3 / best
-
-
 def demo_micro_batch(checkout: Path) -> int:
     """The revision's own demo setting (configs/demo.yaml: run.train.micro_batch_paths)."""
     import yaml
@@ -140,6 +126,7 @@ def main() -> None:
     p.add_argument("--repeats", type=int, default=2, help="alternating runs per revision")
     args = p.parse_args()
     sys.path.insert(0, str(REPO))
+    from bench.peak import peak_gemm_flops
     from demo.model import create_tiny_model
 
     with tempfile.TemporaryDirectory() as tmp:

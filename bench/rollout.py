@@ -24,6 +24,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from bench.peak import peak_gemm_flops  # noqa: E402
+
+ROOFLINE_SIZES = (1024, 2048, 3072)  # the best of a few sizes is the roofline's peak
 MODELS = {  # name: create_tiny_model kwargs
     "tiny": dict(hidden_size=128, layers=4, heads=4, kv_heads=2, intermediate_size=384),
     "24m": dict(hidden_size=512, layers=8, heads=8, kv_heads=4, intermediate_size=1536),
@@ -115,24 +118,6 @@ def service_runs(
     return out
 
 
-def peak_gemm_flops(sizes=(1024, 2048, 3072), repeats: int = 8) -> float:
-    """Best fp32 GEMM rate seen over a few square sizes (the machine is shared: take the max)."""
-    import torch
-
-    rates = []
-    for size in sizes:
-        a, b = torch.randn(size, size), torch.randn(size, size)
-        torch.mm(a, b)
-        rates.append(2 * size**3 / min(_timed(lambda: torch.mm(a, b)) for _ in range(repeats)))
-    return max(rates)
-
-
-def _timed(fn) -> float:
-    start = time.perf_counter()
-    fn()
-    return time.perf_counter() - start
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -149,7 +134,7 @@ def main() -> None:
 
     from demo.model import create_tiny_model
 
-    peak_before = peak_gemm_flops()
+    peak_before = peak_gemm_flops(sizes=ROOFLINE_SIZES, repeats=8)
     result = {
         "bench": "rollout",
         "n": args.n,
@@ -183,7 +168,8 @@ def main() -> None:
                 "_flops": one["tokens_per_s"] * 2 * params,
             }
     # measured before and after the generation runs; the larger is the roofline's peak
-    result["peak_gemm_flops"] = peak = max(peak_before, peak_gemm_flops())
+    peak_after = peak_gemm_flops(sizes=ROOFLINE_SIZES, repeats=8)
+    result["peak_gemm_flops"] = peak = max(peak_before, peak_after)
     for r in result["models"].values():
         r["roofline_fraction"] = r.pop("_flops") / peak
     print(json.dumps(result))
