@@ -195,6 +195,13 @@ class TrainConfig(StrictModel):
     normalize_std: bool = Field(
         True, description="Divide group advantages by the group's reward std (GRPO)."
     )
+    estimator: Literal["grpo", "dr_grpo", "rloo", "reinforce_pp"] = Field(
+        "grpo",
+        description="Advantage estimator (docs/algorithms.md): 'grpo' group mean baseline (/ std "
+        "with normalize_std); 'dr_grpo' mean baseline, no std, token-sum loss over "
+        "paths x max_tokens; 'rloo' leave-one-out baseline; 'reinforce_pp' group baseline "
+        "then std over the whole step.",
+    )
     off_policy: Literal["clip", "tis"] = Field(
         "clip",
         description="Correction for paths sampled by older weights: 'clip' takes the PPO ratio "

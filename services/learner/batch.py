@@ -18,7 +18,7 @@ import torch
 
 from brorl import sampling
 from brorl.v1 import common_pb2
-from kernels import group_advantages
+from services.learner import estimators
 
 
 @dataclass
@@ -54,19 +54,19 @@ def group_rewards(group: common_pb2.PathGroup) -> torch.Tensor:
     return torch.tensor([p.reward for p in group.paths], dtype=torch.float32)  # (G,)
 
 
-def advantages_of(groups: list[common_pb2.PathGroup], normalize_std: bool) -> list[torch.Tensor]:
-    """Group-normalised advantages, one (G,) tensor per group. Groups may differ in size, so
-    equal sizes are stacked into one (P, G) call of the kernel and the rest go one by one."""
-    out: list[torch.Tensor | None] = [None] * len(groups)
-    by_size: dict[int, list[int]] = {}
-    for i, g in enumerate(groups):
-        by_size.setdefault(len(g.paths), []).append(i)
-    for size, idx in by_size.items():
-        rewards = torch.stack([group_rewards(groups[i]) for i in idx])  # (P, G)
-        adv, _ = group_advantages(rewards, normalize_std=normalize_std)
-        for row, i in enumerate(idx):
-            out[i] = adv[row]
-    return out  # type: ignore[return-value]
+def advantages_of(
+    groups: list[common_pb2.PathGroup], normalize_std: bool, estimator: str = "grpo"
+) -> list[torch.Tensor]:
+    """One (G,) advantage tensor per group, by ``train.estimator`` (estimators.py). Groups may
+    differ in size; grpo stacks equal sizes into one (P, G) call of the kernel."""
+    return estimators.advantages([group_rewards(g) for g in groups], estimator, normalize_std)
+
+
+def max_tokens_of(groups: list[common_pb2.PathGroup]) -> int:
+    """The step's generation budget: the largest max_tokens its paths were sampled with."""
+    return max(
+        (sampling.effective(p.sampling).max_tokens for g in groups for p in g.paths), default=1
+    )
 
 
 def build_batches(

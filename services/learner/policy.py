@@ -12,7 +12,8 @@ import torch
 
 from brorl.runconfig import TrainConfig
 from services.learner import deepspeed_engine
-from services.learner.batch import advantages_of, build_batches
+from services.learner import estimators
+from services.learner.batch import advantages_of, build_batches, max_tokens_of
 from services.learner.losses import policy_loss
 from services.learner.publish import export_final
 
@@ -61,19 +62,24 @@ class Policy:
 
     def update(self, groups) -> dict[str, float]:
         """One optimizer step over ``groups``, in chunks (batch.build_batches) whose gradients
-        accumulate to the token mean over the whole step; returns learner/* statistics."""
+        accumulate to the token mean over the whole step (dr_grpo: the token sum over
+        paths × max_tokens, estimators.loss_denominator); returns learner/* statistics."""
         train = self.train
         clock = PhaseClock()
-        advantages = advantages_of(groups, train.normalize_std)
+        advantages = advantages_of(groups, train.normalize_std, train.estimator)
         chunks = build_batches(groups, advantages, self.pad_id, train.micro_batch_paths)
         total_tokens = max(sum(c.tokens for c in chunks), 1)
+        paths = sum(len(c) for c in chunks)
+        denominator = estimators.loss_denominator(
+            train.estimator, total_tokens, paths, max_tokens_of(groups)
+        )
         clock.lap("batch")
         sums: Counter = Counter()
         self.engine.train()
         for i, chunk in enumerate(chunks):
             loss, stats = policy_loss(self.engine, chunk, train, self.ref_model)
             clock.lap("forward")  # log-probs under the current (and reference) weights, loss
-            weight = chunk.tokens / total_tokens
+            weight = chunk.tokens / denominator  # chunk loss is its token mean
             last = i == len(chunks) - 1
             self.engine.set_gradient_accumulation_boundary(last)
             self.engine.backward(loss * weight)
