@@ -244,24 +244,20 @@ def check_cluster(args, rest) -> None:
     model_dir("--model", args.model)
     if args.workers < 0:
         raise BadInput(f"--workers {args.workers}", "must be 0 or more", "pass --workers K")
-    output_dir("--workdir", args.workdir)
-    free_ports(
-        cluster_ports(
-            args.workers,
-            ("--reward-port", args.reward_port),
-            ("--learner-port", args.learner_port),
-            ("--rollout-base-port", args.rollout_base_port),
-        )
-    )
-    redis_ready("--redis-url", args.redis_url)
+    _local_cluster(args, args.workers)
 
 
 def check_demo(args, rest) -> None:
     cfg = _recipe(demo_cmd.DemoConfig, args, "demo")
+    _local_cluster(args, cfg.workers)
+
+
+def _local_cluster(args, workers: int) -> None:
+    """What a command that starts a local cluster on fixed ports needs (cluster, demo)."""
     output_dir("--workdir", args.workdir)
     free_ports(
         cluster_ports(
-            cfg.workers,
+            workers,
             ("--reward-port", args.reward_port),
             ("--learner-port", args.learner_port),
             ("--rollout-base-port", args.rollout_base_port),
