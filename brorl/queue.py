@@ -1,23 +1,19 @@
-"""Work queues on Redis Streams with consumer groups: at-least-once delivery, ack after the
-work is durable, recovery of a dead consumer's pending entries (XAUTOCLAIM), a lease that a
-live consumer renews while it works (so a long job is not mistaken for a dead one), a
-dead-letter stream after too many deliveries, and a bounded stream length.
-
-Payloads are serialized protobuf messages stored under the field ``data``; never pickle.
-"""
+"""The Redis side of a run: its keys, its channels (prompt jobs, scored groups, dead letters,
+the weight pointer), the registry of active runs, and connecting to Redis and riding out its
+outages. The queues themselves are brorl.streams."""
 
 from __future__ import annotations
 
-import contextlib
 import logging
-import os
-import socket
-import threading
+import time
 from dataclasses import dataclass
 
 import redis
 
+from brorl.streams import Delivery, StreamQueue, _s, consumer_name
 from brorl.v1 import common_pb2
+
+__all__ = ["Delivery", "StreamQueue", "consumer_name"]
 
 log = logging.getLogger(__name__)
 
@@ -82,6 +78,41 @@ class RunChannels:
             entry_id, job_id, self.keys["paths"], self.keys["done"], data
         )
 
+    def read_dead(self, after: str = "0-0", count: int = 100) -> tuple[str, list[DeadLetter]]:
+        """Dead letters after entry ``after`` (non-blocking); returns (last id read, letters)."""
+        resp = self.r.xread({self.keys["dead"]: after}, count=count)
+        letters = []
+        for _stream, entries in resp or []:
+            for entry_id, fields in entries:
+                after = _s(entry_id)
+                letters.append(
+                    DeadLetter(
+                        after,
+                        _s(fields.get(b"source", b"")),
+                        _s(fields.get(b"reason", b"")),
+                        fields.get(b"data", b""),
+                    )
+                )
+        return after, letters
+
+    def last_dead_id(self) -> str:
+        """The newest dead letter's id ("0-0" when there is none): read after it to see only
+        what is dead-lettered from now on."""
+        newest = self.r.xrevrange(self.keys["dead"], count=1)
+        return _s(newest[0][0]) if newest else "0-0"
+
+    def is_prompt_stream(self, stream: str) -> bool:
+        return stream == self.keys["prompts"]
+
+    def clear_prompts(self) -> None:
+        """Drop every queued prompt job (a resumed learner re-sends what it still needs)."""
+        self.r.xtrim(self.keys["prompts"], maxlen=0)
+
+    def expire(self, seconds: int) -> None:
+        """Let every key of the run expire ``seconds`` from now (called when the run ends)."""
+        for key in self.keys.values():
+            self.r.expire(key, seconds)
+
     def publish_weights(self, pointer: common_pb2.WeightVersion) -> None:
         """Point the run's workers at a committed weight version."""
         self.r.set(self.keys["weights"], pointer.SerializeToString())
@@ -91,214 +122,54 @@ class RunChannels:
         return common_pb2.WeightVersion.FromString(raw) if raw else None
 
 
-def consumer_name() -> str:
-    return f"{socket.gethostname()}-{os.getpid()}"
+class RedisUnavailable(ConnectionError):
+    """Redis cannot be reached (at start, or for longer than a service's outage budget)."""
+
+
+# What a Redis outage looks like to a client: refused/reset connections, timeouts, and a
+# restarted server still loading its AOF (BusyLoadingError is a ConnectionError).
+REDIS_DOWN = (redis.ConnectionError, redis.TimeoutError)
 
 
 def connect(url: str) -> redis.Redis:
-    return redis.Redis.from_url(
+    """A client of ``url``, checked now: RedisUnavailable names the address when it is down."""
+    client = redis.Redis.from_url(
         url, socket_timeout=30, socket_connect_timeout=5, health_check_interval=30
     )
+    try:
+        client.ping()
+    except REDIS_DOWN as exc:
+        raise RedisUnavailable(
+            f"Redis at {url} is unreachable ({exc}); start redis-server there or set redis_url "
+            "to a running one"
+        ) from None
+    return client
+
+
+def retry_while_down(fn, outage_s: float, what: str = "a Redis call"):
+    """``fn()``, retried with backoff while Redis is down (restarting, unreachable); raises
+    RedisUnavailable once it has been down for ``outage_s``. For idempotent calls only — an
+    XADD whose reply was lost is sent twice, which publish-once and the learner's seen groups
+    absorb."""
+    deadline, delay = None, 0.2
+    while True:
+        try:
+            return fn()
+        except REDIS_DOWN as exc:
+            now = time.monotonic()
+            deadline = deadline or now + outage_s
+            if now > deadline:
+                raise RedisUnavailable(
+                    f"Redis unreachable for {outage_s:.0f}s during {what}: {exc}"
+                ) from None
+            log.warning("Redis down during %s (%s); retrying", what, exc)
+            time.sleep(delay)
+            delay = min(delay * 2, 2.0)
 
 
 @dataclass
-class Delivery:
+class DeadLetter:
     entry_id: str
+    source: str  # the stream the entry was dead-lettered from
+    reason: str
     data: bytes
-    deliveries: int  # how many times this entry has been handed out (1 on first read)
-
-
-# Atomically: publish the result once per job id, then ack the job. A worker that dies after
-# this script leaves nothing pending; one that dies before it leaves the job to be reclaimed.
-_PUBLISH_ONCE = """
-local fresh = redis.call('SADD', KEYS[1], ARGV[1])
-if fresh == 1 then
-  redis.call('XADD', KEYS[2], 'MAXLEN', '~', ARGV[4], '*', 'data', ARGV[2])
-end
-redis.call('XACK', KEYS[3], ARGV[3], ARGV[5])
-return fresh
-"""
-
-
-# Reset an entry's idle time if (and only if) this consumer still owns it: XCLAIM with JUSTID
-# neither returns the payload nor counts a delivery. Checked and claimed in one script so a
-# consumer that was presumed dead never takes an entry back from the one that reclaimed it.
-_RENEW = """
-local p = redis.call('XPENDING', KEYS[1], ARGV[1], ARGV[3], ARGV[3], 1)
-if p[1] == nil or p[1][2] ~= ARGV[2] then
-  return 0
-end
-redis.call('XCLAIM', KEYS[1], ARGV[1], ARGV[2], 0, ARGV[3], 'JUSTID')
-return 1
-"""
-
-
-class StreamQueue:
-    """One stream read by one consumer group.
-
-    ``claim_idle_ms``: entries pending that long on another consumer are taken over (that
-    consumer is presumed dead). ``max_deliveries``: an entry handed out more often than this
-    goes to the dead-letter stream instead of being processed again.
-    """
-
-    def __init__(
-        self,
-        client: redis.Redis,
-        stream: str,
-        group: str,
-        *,
-        consumer: str | None = None,
-        dead_stream: str | None = None,
-        maxlen: int = 100_000,
-        claim_idle_ms: int = 60_000,
-        max_deliveries: int = 5,
-    ):
-        self.r = client
-        self.stream = stream
-        self.group = group
-        self.consumer = consumer or consumer_name()
-        self.dead_stream = dead_stream
-        self.maxlen = maxlen
-        self.claim_idle_ms = claim_idle_ms
-        self.max_deliveries = max_deliveries
-        self._publish_once = self.r.register_script(_PUBLISH_ONCE)
-        self._renew = self.r.register_script(_RENEW)
-        self.ensure_group()
-
-    def ensure_group(self) -> None:
-        try:
-            self.r.xgroup_create(self.stream, self.group, id="0", mkstream=True)
-        except redis.ResponseError as exc:
-            if "BUSYGROUP" not in str(exc):
-                raise
-
-    # -- producing ---------------------------------------------------------------------------
-    def put(self, data: bytes) -> str:
-        entry = self.r.xadd(self.stream, {"data": data}, maxlen=self.maxlen, approximate=True)
-        return entry.decode() if isinstance(entry, bytes) else entry
-
-    # -- consuming ---------------------------------------------------------------------------
-    def read(self, count: int = 1, block_ms: int = 1000) -> list[Delivery]:
-        """Reclaimed entries of dead consumers first, then new ones; blocks up to ``block_ms``."""
-        out = self._reclaim(count)
-        if len(out) < count:
-            resp = self.r.xreadgroup(
-                self.group,
-                self.consumer,
-                {self.stream: ">"},
-                count=count - len(out),
-                block=None if out else block_ms,
-            )
-            for _stream, entries in resp or []:
-                for entry_id, fields in entries:
-                    if fields and b"data" in fields:
-                        out.append(Delivery(_s(entry_id), fields[b"data"], 1))
-                    else:  # trimmed away while pending: nothing to do but ack
-                        self.ack(_s(entry_id))
-        return out
-
-    def take_over(self, count: int = 10_000) -> list[Delivery]:
-        """Claim every pending entry of the group now, whatever its idle time: for a consumer
-        that replaces a dead one and is the group's only member (the learner after a restart)."""
-        return self._reclaim(count, min_idle_ms=0)
-
-    def _reclaim(self, count: int, min_idle_ms: int | None = None) -> list[Delivery]:
-        idle = self.claim_idle_ms if min_idle_ms is None else min_idle_ms
-        resp = self.r.xautoclaim(
-            self.stream, self.group, self.consumer, min_idle_time=idle, start_id="0-0", count=count
-        )
-        claimed = resp[1] if resp else []
-        out: list[Delivery] = []
-        for entry_id, fields in claimed:
-            entry_id = _s(entry_id)
-            if not fields or b"data" not in fields:
-                self.ack(entry_id)
-                continue
-            deliveries = self._delivery_count(entry_id)
-            if deliveries > self.max_deliveries:
-                self.dead_letter(entry_id, fields[b"data"], f"delivered {deliveries} times")
-                continue
-            log.warning("reclaimed %s from a dead consumer (delivery %d)", entry_id, deliveries)
-            out.append(Delivery(entry_id, fields[b"data"], deliveries))
-        return out
-
-    def _delivery_count(self, entry_id: str) -> int:
-        info = self.r.xpending_range(self.stream, self.group, min=entry_id, max=entry_id, count=1)
-        return int(info[0]["times_delivered"]) if info else 1
-
-    def renew(self, entry_id: str) -> bool:
-        """Reset ``entry_id``'s idle time; False when this consumer no longer owns it."""
-        return bool(self._renew(keys=[self.stream], args=[self.group, self.consumer, entry_id]))
-
-    @contextlib.contextmanager
-    def lease(self, entry_id: str, every_s: float | None = None):
-        """Renew ``entry_id`` in a background thread while the body runs (every third of
-        ``claim_idle_ms`` by default): other consumers reclaim it only once this one stops
-        renewing, i.e. died. Losing the lease is logged; publish_once_and_ack keeps the result
-        single either way."""
-        interval = every_s if every_s is not None else self.claim_idle_ms / 3000
-        done = threading.Event()
-
-        def keep() -> None:
-            while not done.wait(interval):
-                try:
-                    if not self.renew(entry_id) and not done.is_set():  # not merely acked meanwhile
-                        log.warning(
-                            "lost the lease on %s of %s to another consumer", entry_id, self.stream
-                        )
-                        return
-                except redis.RedisError as exc:  # Redis away for a moment: try again next tick
-                    log.warning("could not renew %s: %s", entry_id, exc)
-
-        thread = threading.Thread(target=keep, name=f"lease-{entry_id}", daemon=True)
-        thread.start()
-        try:
-            yield
-        finally:
-            done.set()
-            thread.join()
-
-    def ack(self, entry_id: str) -> None:
-        self.r.xack(self.stream, self.group, entry_id)
-
-    def dead_letter(self, entry_id: str, data: bytes, reason: str) -> None:
-        if self.dead_stream:
-            self.r.xadd(
-                self.dead_stream,
-                {"data": data, "source": self.stream, "reason": reason},
-                maxlen=self.maxlen,
-                approximate=True,
-            )
-        self.ack(entry_id)
-        log.error("moved %s of %s to the dead-letter stream: %s", entry_id, self.stream, reason)
-
-    def publish_once_and_ack(
-        self,
-        entry_id: str,
-        job_id: str,
-        result_stream: str,
-        done_set: str,
-        data: bytes,
-        result_maxlen: int = 100_000,
-    ) -> bool:
-        """Write ``data`` to ``result_stream`` unless ``job_id`` was already published, and ack
-        ``entry_id`` — atomically. Returns False for a duplicate (already published)."""
-        fresh = self._publish_once(
-            keys=[done_set, result_stream, self.stream],
-            args=[job_id, data, self.group, result_maxlen, entry_id],
-        )
-        return bool(fresh)
-
-    def pending_count(self) -> int:
-        return int(self.r.xpending(self.stream, self.group)["pending"])
-
-    def lag(self) -> int:
-        """Entries not yet delivered to the group (Redis 7 XINFO GROUPS 'lag')."""
-        for g in self.r.xinfo_groups(self.stream):
-            if _s(g["name"]) == self.group:
-                return int(g.get("lag") or 0)
-        return 0
-
-
-def _s(value) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)

@@ -216,6 +216,12 @@ class TrainConfig(StrictModel):
         256, ge=1, description="Paths per forward/backward chunk (memory bound)."
     )
     seed: int = Field(0, description="Torch seed of the learner.")
+    max_skipped_steps: int = Field(
+        3,
+        ge=1,
+        description="Fail the run after this many updates in a row skipped for a non-finite "
+        "loss or gradient (each skip leaves weights and optimizer state untouched).",
+    )
 
 
 class AsyncConfig(StrictModel):
@@ -241,6 +247,37 @@ class AsyncConfig(StrictModel):
         ge=1,
         description="Fail the run after this many groups in a row whose rewards were all equal "
         "(the task is too hard or too easy for the policy).",
+    )
+    dead_letter_retries: int = Field(
+        1,
+        ge=0,
+        description="Re-send a prompt job the workers dead-lettered this many times (new job "
+        "id); after that its part is given up and the group completes without it, or is "
+        "dropped as lost (docs/reliability.md).",
+    )
+    part_deadline_s: float = Field(
+        300.0,
+        gt=0,
+        description="A fanned-out group whose first part arrived this long ago is completed "
+        "from the parts that did arrive (a part later is a counted duplicate).",
+    )
+    redis_outage_s: float = Field(
+        60.0,
+        gt=0,
+        description="How long the learner waits for Redis to come back (restart, network) "
+        "before the run fails; nothing acknowledged is lost meanwhile.",
+    )
+    run_keys_ttl_s: int = Field(
+        86_400,
+        ge=1,
+        description="When a run ends its Redis keys (streams, done set, weight pointer) expire "
+        "after this many seconds.",
+    )
+    excluded_reward_statuses: list[str] = Field(
+        default_factory=lambda: ["error", "timeout"],
+        description="Reward statuses whose paths are left out of advantages and counted "
+        "(a failed evaluation is not a zero reward); a group left with fewer than 2 paths is "
+        "dropped as reward_failed. Non-finite rewards are always left out.",
     )
 
 
@@ -270,9 +307,10 @@ class RunConfig(StrictModel):
         description="Bounded staleness between sampling and learning.",
     )
     checkpoint_every: int = Field(
-        0,
+        20,
         ge=0,
-        description="Checkpoint every this many updates (0: only on request and at the end).",
+        description="Checkpoint every this many updates (0: only on request and at the end); "
+        "a resumed run repeats at most this many updates.",
     )
 
     model_config = StrictModel.model_config | {"populate_by_name": True}

@@ -46,4 +46,7 @@ def run_service(
         serve(config)
     except KeyboardInterrupt:
         log.info("stopping")
+    except ConnectionError as exc:  # a dependency is down at start (e.g. RedisUnavailable)
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
     return 0

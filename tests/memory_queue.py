@@ -9,12 +9,19 @@ import contextlib
 import itertools
 from typing import Callable
 
-from brorl.queue import Delivery
+from brorl.queue import DeadLetter, Delivery
 from brorl.v1 import common_pb2
 
 
 class MemoryStreamQueue:
-    def __init__(self, on_empty: Callable[[], None] = lambda: None):
+    def __init__(
+        self,
+        on_empty: Callable[[], None] = lambda: None,
+        name: str = "stream",
+        dead_sink: list | None = None,
+    ):
+        self.name = name
+        self.dead_sink = dead_sink if dead_sink is not None else []  # the run's dead letters
         self.entries: dict[str, bytes] = {}  # every entry put, by id
         self.new: list[str] = []  # not yet delivered
         self.pending: dict[str, int] = {}  # delivered, not acked → deliveries
@@ -48,8 +55,13 @@ class MemoryStreamQueue:
         self.pending.pop(entry_id, None)
         self.acked.add(entry_id)
 
+    def ack_and_delete(self, entry_id: str) -> None:
+        self.ack(entry_id)
+        self.entries.pop(entry_id, None)
+
     def dead_letter(self, entry_id: str, data: bytes, reason: str) -> None:
         self.dead.append((entry_id, reason))
+        self.dead_sink.append(DeadLetter(f"{len(self.dead_sink) + 1}-0", self.name, reason, data))
         self.ack(entry_id)
 
 
@@ -59,8 +71,12 @@ class MemoryChannels:
 
     def __init__(self, run_id: str, rollout: Callable[["MemoryChannels"], None] = lambda c: None):
         self.run_id = run_id
-        self.prompts = MemoryStreamQueue()
-        self.paths = MemoryStreamQueue(on_empty=lambda: rollout(self))
+        self.dead: list[DeadLetter] = []
+        self.prompts = MemoryStreamQueue(name="prompts", dead_sink=self.dead)
+        self.paths = MemoryStreamQueue(
+            on_empty=lambda: rollout(self), name="paths", dead_sink=self.dead
+        )
+        self.expired_after: int | None = None
         self.pointers: list[common_pb2.WeightVersion] = []
         self.done: set[str] = set()
 
@@ -77,6 +93,25 @@ class MemoryChannels:
             self.paths.put(data)
         prompt_queue.ack(entry_id)
         return fresh
+
+    def read_dead(self, after: str = "0-0", count: int = 100) -> tuple[str, list[DeadLetter]]:
+        start = int(after.split("-")[0])
+        letters = self.dead[start : start + count]
+        return (letters[-1].entry_id if letters else after), letters
+
+    def last_dead_id(self) -> str:
+        return self.dead[-1].entry_id if self.dead else "0-0"
+
+    def is_prompt_stream(self, stream: str) -> bool:
+        return stream == "prompts"
+
+    def clear_prompts(self) -> None:
+        for e in self.prompts.new:
+            self.prompts.entries.pop(e, None)
+        self.prompts.new = []
+
+    def expire(self, seconds: int) -> None:
+        self.expired_after = seconds
 
     def publish_weights(self, pointer: common_pb2.WeightVersion) -> None:
         self.pointers.append(pointer)

@@ -64,7 +64,7 @@ class Path(_message.Message):
     def __init__(self, path_id: _Optional[str] = ..., prompt_id: _Optional[str] = ..., group_id: _Optional[str] = ..., token_ids: _Optional[_Iterable[int]] = ..., logprobs: _Optional[_Iterable[float]] = ..., text: _Optional[str] = ..., finish_reason: _Optional[str] = ..., weight_version: _Optional[int] = ..., sampling: _Optional[_Union[SamplingParams, _Mapping]] = ..., reward: _Optional[float] = ..., reward_components: _Optional[_Mapping[str, float]] = ..., reward_status: _Optional[str] = ..., worker: _Optional[str] = ..., weight: _Optional[float] = ...) -> None: ...
 
 class PathGroup(_message.Message):
-    __slots__ = ("run_id", "group_id", "prompt_id", "prompt", "prompt_token_ids", "reference", "paths", "weight_version", "worker", "generate_seconds", "score_seconds", "part_index", "part_count", "generated", "dropped", "stats")
+    __slots__ = ("run_id", "group_id", "prompt_id", "prompt", "prompt_token_ids", "reference", "paths", "weight_version", "worker", "generate_seconds", "score_seconds", "part_index", "part_count", "generated", "dropped", "stats", "error")
     class DroppedEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -95,6 +95,7 @@ class PathGroup(_message.Message):
     GENERATED_FIELD_NUMBER: _ClassVar[int]
     DROPPED_FIELD_NUMBER: _ClassVar[int]
     STATS_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
     run_id: str
     group_id: str
     prompt_id: str
@@ -111,7 +112,8 @@ class PathGroup(_message.Message):
     generated: int
     dropped: _containers.ScalarMap[str, int]
     stats: _containers.ScalarMap[str, float]
-    def __init__(self, run_id: _Optional[str] = ..., group_id: _Optional[str] = ..., prompt_id: _Optional[str] = ..., prompt: _Optional[str] = ..., prompt_token_ids: _Optional[_Iterable[int]] = ..., reference: _Optional[str] = ..., paths: _Optional[_Iterable[_Union[Path, _Mapping]]] = ..., weight_version: _Optional[int] = ..., worker: _Optional[str] = ..., generate_seconds: _Optional[float] = ..., score_seconds: _Optional[float] = ..., part_index: _Optional[int] = ..., part_count: _Optional[int] = ..., generated: _Optional[int] = ..., dropped: _Optional[_Mapping[str, int]] = ..., stats: _Optional[_Mapping[str, float]] = ...) -> None: ...
+    error: str
+    def __init__(self, run_id: _Optional[str] = ..., group_id: _Optional[str] = ..., prompt_id: _Optional[str] = ..., prompt: _Optional[str] = ..., prompt_token_ids: _Optional[_Iterable[int]] = ..., reference: _Optional[str] = ..., paths: _Optional[_Iterable[_Union[Path, _Mapping]]] = ..., weight_version: _Optional[int] = ..., worker: _Optional[str] = ..., generate_seconds: _Optional[float] = ..., score_seconds: _Optional[float] = ..., part_index: _Optional[int] = ..., part_count: _Optional[int] = ..., generated: _Optional[int] = ..., dropped: _Optional[_Mapping[str, int]] = ..., stats: _Optional[_Mapping[str, float]] = ..., error: _Optional[str] = ...) -> None: ...
 
 class ExploreParams(_message.Message):
     __slots__ = ("oversample_m", "dedup", "dedup_threshold", "retention", "predictor", "predictor_prefix_tokens", "dedup_method", "embedding_model")

@@ -44,24 +44,63 @@ def merge_parts(parts: list[common_pb2.PathGroup]) -> common_pb2.PathGroup:
 
 
 class GroupAssembler:
+    """Holds the parts of fanned-out groups until every part is in, or accounted for: a part
+    given up (dead-lettered, see dead_letters.py) no longer waits, and a group whose first part
+    came ``deadline`` seconds ago is completed from the parts that arrived (``overdue``)."""
+
     def __init__(self):
         self._parts: dict[str, dict[int, tuple[common_pb2.PathGroup, str]]] = {}
+        self._missing: dict[str, set[int]] = {}  # given-up parts, by group
+        self._since: dict[str, float] = {}  # when the group's first part arrived
 
     def add(
-        self, part: common_pb2.PathGroup, entry_id: str
+        self, part: common_pb2.PathGroup, entry_id: str, now: float = 0.0
     ) -> tuple[common_pb2.PathGroup | None, list[str], bool]:
         """Add one part; returns (whole group or None, entry ids to ack with it, duplicate?)."""
         if part.part_count <= 1:
             return part, [entry_id], False
         held = self._parts.setdefault(part.group_id, {})
-        if part.part_index in held:
+        self._since.setdefault(part.group_id, now)
+        if part.part_index in held or part.part_index in self._missing.get(part.group_id, ()):
             return None, [], True
         held[part.part_index] = (part, entry_id)
-        if len(held) < part.part_count:
-            return None, [], False
-        del self._parts[part.group_id]
+        group, entries = self._complete(part.group_id, part.part_count)
+        return group, entries, False
+
+    def give_up(
+        self, group_id: str, part_index: int, part_count: int
+    ) -> tuple[common_pb2.PathGroup | None, list[str], bool]:
+        """A part will never come. Returns (the group, if its other parts are all in; entry ids;
+        True when the group is finished — possibly with no part at all)."""
+        if part_count <= 1:
+            return None, [], True
+        self._missing.setdefault(group_id, set()).add(part_index)
+        self._parts.setdefault(group_id, {})
+        group, entries = self._complete(group_id, part_count)
+        return group, entries, group_id not in self._parts
+
+    def overdue(self, deadline_s: float, now: float) -> list[str]:
+        """Groups whose first part arrived more than ``deadline_s`` ago and are still waiting."""
+        return [g for g, t in self._since.items() if g in self._parts and now - t > deadline_s]
+
+    def take_partial(self, group_id: str) -> tuple[common_pb2.PathGroup | None, list[str]]:
+        """Finish ``group_id`` with the parts that arrived (None when none did)."""
+        held = self._parts.pop(group_id, {})
+        self._missing.pop(group_id, None)
+        self._since.pop(group_id, None)
+        if not held:
+            return None, []
         ordered = [held[i] for i in sorted(held)]
-        return merge_parts([g for g, _ in ordered]), [e for _, e in ordered], False
+        return merge_parts([g for g, _ in ordered]), [e for _, e in ordered]
+
+    def holds(self, entry_id: str) -> bool:
+        return any(e == entry_id for held in self._parts.values() for _, e in held.values())
+
+    def _complete(self, group_id: str, part_count: int):
+        held = self._parts[group_id]
+        if len(held) + len(self._missing.get(group_id, ())) < part_count:
+            return None, []
+        return self.take_partial(group_id)
 
     @property
     def waiting(self) -> int:

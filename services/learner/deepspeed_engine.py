@@ -89,6 +89,13 @@ def grad_norm(engine) -> float:
     return float(engine.get_global_grad_norm() or 0.0)
 
 
+def discard_gradients(engine) -> None:
+    """Drop accumulated gradients without an optimizer step (a skipped update)."""
+    engine.optimizer.zero_grad(set_to_none=True)
+    for p in engine.module.parameters():
+        p.grad = None
+
+
 def save_checkpoint(engine, directory: str, tag: str, client_state: dict) -> None:
     engine.save_checkpoint(directory, tag=tag, client_state=client_state)
 

@@ -4,6 +4,7 @@ model, and the one update a step makes from scored groups (pure math in batch.py
 from __future__ import annotations
 
 import logging
+import math
 import time
 from collections import Counter
 from pathlib import Path
@@ -79,6 +80,8 @@ class Policy:
         for i, chunk in enumerate(chunks):
             loss, stats = policy_loss(self.engine, chunk, train, self.ref_model)
             clock.lap("forward")  # log-probs under the current (and reference) weights, loss
+            if not torch.isfinite(loss):
+                return self._skip("loss", clock)
             weight = chunk.tokens / denominator  # chunk loss is its token mean
             last = i == len(chunks) - 1
             self.engine.set_gradient_accumulation_boundary(last)
@@ -86,6 +89,8 @@ class Policy:
             clock.lap("backward")
             if last:
                 sums["learner/grad_norm"] = deepspeed_engine.grad_norm(self.engine)
+                if not math.isfinite(sums["learner/grad_norm"]):
+                    return self._skip("grad", clock)
             self.engine.step()  # the optimizer steps at the boundary only
             clock.lap("optimizer")
             sums["learner/loss"] += float(loss.detach()) * weight
@@ -109,8 +114,23 @@ class Policy:
         )
         return dict(sums)
 
+    def _skip(self, what: str, clock: PhaseClock) -> dict[str, float]:
+        """A non-finite loss or gradient: drop the step's gradients without an optimizer step
+        (weights and optimizer state stay as they were)."""
+        deepspeed_engine.discard_gradients(self.engine)
+        log.warning("non-finite %s: step skipped, optimizer state untouched", what)
+        return {
+            "learner/skipped_step": 1.0,
+            f"learner/skipped_nonfinite_{what}": 1.0,
+            **{f"learner/{k}_s": v for k, v in clock.seconds.items()},
+        }
+
     def save_weights(self, directory: Path) -> None:
-        """The policy's weights in Hugging Face format (safetensors; tied embeddings once)."""
+        """The policy's weights in Hugging Face format (safetensors; tied embeddings once).
+        Refuses weights with a NaN/inf: such a version must never reach the workers."""
+        bad = [n for n, p in self.model.named_parameters() if not torch.isfinite(p).all()]
+        if bad:
+            raise FloatingPointError(f"non-finite weights in {bad[:3]}; not published")
         self.model.save_pretrained(directory, safe_serialization=True)
 
     def export(self, out: Path) -> Path:

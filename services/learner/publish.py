@@ -8,7 +8,6 @@ import time
 from pathlib import Path
 from typing import Callable
 
-from brorl.queue import RunChannels
 from brorl.v1 import common_pb2
 from brorl.weights import WeightStore
 
@@ -18,16 +17,17 @@ log = logging.getLogger(__name__)
 def publish_version(
     save_weights: Callable[[Path], None],
     store: WeightStore,
-    channels: RunChannels,
+    point: Callable[[common_pb2.WeightVersion], None],
     version: int,
     step: int,
 ) -> common_pb2.WeightVersion:
-    """Write the policy's weights as ``version`` and point the rollout workers at it."""
+    """Write the policy's weights as ``version`` and point the rollout workers at it
+    (``point``: e.g. RunChannels.publish_weights)."""
     start = time.perf_counter()
     staging = store.staging_dir(version)
     save_weights(staging)
     pointer = store.commit(version, staging, meta={"step": step})
-    channels.publish_weights(pointer)
+    point(pointer)
     log.info(
         "published weight version %d (%.1f MB) in %.2fs",
         version,

@@ -28,7 +28,14 @@ class RunState:
         self.checkpoint_done = threading.Condition()
         self.last_checkpoint: tuple[str, int] | None = None
 
-    def emit(self, values: dict[str, float], event: str = "", message: str = "") -> None:
+    def emit(
+        self,
+        values: dict[str, float],
+        event: str = "",
+        message: str = "",
+        extra: dict | None = None,
+    ) -> None:
+        """Record metrics; ``extra`` (e.g. the group ids of a step) goes to metrics.jsonl only."""
         metric = common_pb2.Metric(
             run_id=self.run_id,
             step=self.step,
@@ -45,6 +52,7 @@ class RunState:
                     "event": event,
                     "message": message,
                     **metric.values,
+                    **(extra or {}),
                 }
             )
             + "\n"

@@ -39,7 +39,11 @@ class RunCounters:
             elif item.outcome == "degenerate":
                 c["learner/skipped_degenerate"] += 1  # no signal: all advantages 0
             if item.outcome != "used":
+                c[f"learner/dropped_groups/{item.outcome}"] += 1
                 c[f"learner/dropped_paths/{item.outcome}"] += len(group.paths)
+            for status, count in item.excluded.items():
+                c[f"learner/excluded_paths/{status}"] += count
+        c["learner/partial_groups"] += intake.partial_groups
 
 
 def intake_metrics(intake: Intake) -> dict[str, float]:

@@ -4,6 +4,12 @@
   deduplicated, stale and all-equal ones dropped) → update the policy → ack → publish a weight
   version every K steps → checkpoint → emit the step's metrics.
 
+An update skipped for a non-finite loss or gradient does not count as a step (its groups are
+acked and counted); ``train.max_skipped_steps`` in a row fail the run. Every Redis call is
+retried while Redis is down, for up to ``async.redis_outage_s``. Resuming from a checkpoint
+re-sends, under this process's new job-id epoch, exactly the groups that were in flight when the
+checkpoint was written (docs/reliability.md).
+
 Everything it touches is injected: the run's Redis channels and registry (brorl.queue), the
 weight store, and a factory of the policy (DeepSpeed in production), so a unit test can drive
 the loop with an in-memory queue and a small policy.
@@ -12,17 +18,24 @@ the loop with an in-memory queue and a small policy.
 from __future__ import annotations
 
 import logging
+import random
 import time
+import uuid
 from typing import Callable
 
-from brorl.queue import RunChannels, RunRegistry
+import numpy as np
+import torch
+
+from brorl.queue import RunChannels, RunRegistry, retry_while_down
 from brorl.runconfig import RunConfig
 from brorl.weights import WeightStore
+from services.learner.dead_letters import DeadLetterWatch
 from services.learner.intake import GroupIntake
 from services.learner.jobfeed import JobFeed
 from services.learner.prompts import load_prompts
 from services.learner.publish import publish_version
 from services.learner.runstate import RunState
+from services.learner.seen_groups import SeenGroups
 from services.learner.step_metrics import RunCounters, step_metrics
 
 log = logging.getLogger(__name__)
@@ -46,25 +59,33 @@ class Trainer:
         self.registry, self.store, self.build_policy = registry, store, build_policy
         self.keep_versions, self.resume = keep_versions, resume
         self.feed = JobFeed(
-            run_id, cfg, load_prompts(cfg.data.train_path), channels.prompt_queue("rollout")
+            run_id,
+            cfg,
+            load_prompts(cfg.data.train_path),
+            channels.prompt_queue("rollout"),
+            epoch=uuid.uuid4().hex[:8],
         )
         self.ckpt_dir = state.run_dir / "checkpoints"
         self.counters = RunCounters()
         self.step = 0
         self.version = 0
+        self.skipped_streak = 0  # updates skipped in a row for non-finite numbers
 
     def run(self) -> None:
         self.start()
         train, stop = self.cfg.train, self.state.stop_requested
         while self.step < train.steps and not stop.is_set():
             t0 = time.perf_counter()
-            self.feed.top_up(self.intake.consumed, self.step)
+            self._redis(lambda: self.feed.top_up(self.intake.consumed, self.step), "feeding")
             intake = self.intake.collect(train.groups_per_step, self.version, stop)
             if intake is None:
                 break  # stop requested while waiting
             t1 = time.perf_counter()
             update = self.policy.update(intake.groups)
-            self.intake.ack(intake.entries)
+            self._redis(lambda: self.intake.ack(intake.entries), "acking")
+            self.counters.add(intake)
+            if self._skipped(update):
+                continue
             self.step += 1
             t2 = time.perf_counter()
             if self.step % self.cfg.asynchrony.publish_every == 0:
@@ -72,7 +93,6 @@ class Trainer:
             if self.cfg.checkpoint_every and self.step % self.cfg.checkpoint_every == 0:
                 self.checkpoint()
             self._serve_checkpoint_request()
-            self.counters.add(intake)
             metrics = step_metrics(intake, update, self.counters)
             t3 = time.perf_counter()
             metrics.update(
@@ -85,16 +105,38 @@ class Trainer:
                 }
             )
             self.state.step, self.state.weight_version = self.step, self.version
-            self.state.emit(metrics)
+            self.state.emit(metrics, extra={"groups": [g.group_id for g in intake.groups]})
         self.finish()
+
+    def _skipped(self, update: dict[str, float]) -> bool:
+        """True for an update the policy skipped (non-finite loss or gradient)."""
+        if not update.get("learner/skipped_step"):
+            self.skipped_streak = 0
+            return False
+        self.skipped_streak += 1
+        self.counters.counts["learner/skipped_steps"] += 1
+        self.state.emit({**update, **self.counters.counts}, event="skipped_step")
+        if self.skipped_streak >= self.cfg.train.max_skipped_steps:
+            raise FloatingPointError(
+                f"{self.skipped_streak} updates in a row had a non-finite loss or gradient "
+                f"(last: {sorted(k for k in update if 'nonfinite' in k)}); lower the learning "
+                "rate or check the rewards"
+            )
+        return True
+
+    def _redis(self, fn, what: str):
+        return retry_while_down(fn, self.cfg.asynchrony.redis_outage_s, what)
 
     # -- start and end ------------------------------------------------------------------------
     def start(self) -> None:
         self.policy = self.build_policy()
+        asynchrony = self.cfg.asynchrony
+        dead = DeadLetterWatch(self.channels, self.feed.queue, asynchrony.dead_letter_retries)
         self.intake = GroupIntake(
             self.channels.path_queue(claim_idle_ms=2**31 - 1),
-            self.cfg.asynchrony,
+            asynchrony,
             on_consumed=lambda: self.feed.top_up(self.intake.consumed, self.step),
+            lost_parts=dead.poll,
         )
         if self.resume:
             self._restore()
@@ -103,19 +145,26 @@ class Trainer:
             # run before load it rather than keep that run's weights.
             self.version = -1
             self.publish()
-        self.registry.announce(self.run_id)
+        self._redis(lambda: self.registry.announce(self.run_id), "announcing the run")
         self.state.emit({"learner/weight_version": self.version}, event="start")
 
     def finish(self) -> None:
         self.checkpoint()
         self.policy.export(self.state.run_dir / "final")
-        self.registry.retire(self.run_id)
+        self._redis(lambda: self.registry.retire(self.run_id), "retiring the run")
+        # the run's streams and sets go with it (metrics and weights stay on disk)
+        ttl = self.cfg.asynchrony.run_keys_ttl_s
+        self._redis(lambda: self.channels.expire(ttl), "expiring the run's keys")
 
     # -- weights and checkpoints ----------------------------------------------------------------
     def publish(self) -> None:
         self.version += 1
         publish_version(
-            self.policy.save_weights, self.store, self.channels, self.version, self.step
+            self.policy.save_weights,
+            self.store,
+            lambda p: self._redis(lambda: self.channels.publish_weights(p), "publishing weights"),
+            self.version,
+            self.step,
         )
         self.store.prune(self.keep_versions)
 
@@ -129,8 +178,9 @@ class Trainer:
                 "version": self.version,
                 "cursor": self.feed.cursor,
                 "consumed": self.intake.consumed,
-                "seen": sorted(self.intake.seen),
+                "seen": self.intake.seen.state(),
                 "counters": dict(self.counters.counts),
+                "rng": rng_state(),
             },
         )
         log.info("checkpoint %s written", tag)
@@ -148,13 +198,42 @@ class Trainer:
         client = self.policy.load_checkpoint(str(self.ckpt_dir))
         self.step, self.version = client["step"], client["version"]
         self.feed.cursor, self.intake.consumed = client["cursor"], client["consumed"]
-        self.intake.seen = set(client["seen"])
+        self.intake.seen = SeenGroups.from_state(client["seen"])
         self.counters = RunCounters(client.get("counters", {}))
-        # Rollout workers may hold any version: republish the restored weights as a new one.
+        set_rng_state(client["rng"])
+        # Groups in flight at the checkpoint may have been consumed (and acked) since: send them
+        # again under this process's job ids; jobs queued by the crashed process go.
+        in_flight = self.intake.seen.missing(self.feed.cursor)
+        self._redis(self.channels.clear_prompts, "clearing old jobs")
+        for cursor in in_flight:
+            self._redis(lambda c=cursor: self.feed.send(c, self.step), "re-sending jobs")
+        # Rollout workers may hold any version, even one published after the checkpoint: the
+        # restored weights get a number above every version published so far.
+        pointer = self._redis(self.channels.read_weights, "reading the weight pointer")
+        self.version = max(self.version, pointer.version if pointer else 0)
         self.publish()
         log.info(
-            "resumed at step %d (cursor %d, now weight version %d)",
+            "resumed at step %d (cursor %d, %d groups re-sent, now weight version %d)",
             self.step,
             self.feed.cursor,
+            len(in_flight),
             self.version,
         )
+
+
+def rng_state() -> dict:
+    """Python, NumPy and torch RNG states, as JSON-able lists (part of every checkpoint)."""
+    version, internal, gauss = random.getstate()
+    return {
+        "python": [version, list(internal), gauss],
+        "numpy": [x.tolist() if hasattr(x, "tolist") else x for x in np.random.get_state()],
+        "torch": torch.get_rng_state().tolist(),
+    }
+
+
+def set_rng_state(state: dict) -> None:
+    version, internal, gauss = state["python"]
+    random.setstate((version, tuple(internal), gauss))
+    name, keys, pos, has_gauss, cached = state["numpy"]
+    np.random.set_state((name, np.array(keys, dtype=np.uint32), pos, has_gauss, cached))
+    torch.set_rng_state(torch.tensor(state["torch"], dtype=torch.uint8))

@@ -63,6 +63,7 @@ class RolloutWorker:
         # where the time between two jobs went (reported with the next group's stats)
         self._free_since = time.perf_counter()
         self._reload_s = 0.0
+        self._publish_s = 0.0  # Redis write + ack of the previous group
         self.loaded_run = ""  # the run whose published weights the engine holds ("" = model dir)
 
     def run(self, stop: threading.Event) -> None:
@@ -119,7 +120,8 @@ class RolloutWorker:
         log.info("loaded weight version %d in %.2fs", pointer.version, time.perf_counter() - start)
 
     def process(self, channels: q.RunChannels, queue: q.StreamQueue, delivery: q.Delivery) -> None:
-        between = {  # since the previous job: reloading weights, then waiting for work
+        between = {  # since the previous job: publishing it, reloading weights, waiting for work
+            "rollout/publish_s": self._publish_s,
             "rollout/reload_s": self._reload_s,
             "rollout/idle_s": max(time.perf_counter() - self._free_since - self._reload_s, 0.0),
         }
@@ -133,9 +135,14 @@ class RolloutWorker:
         n_keep = job.sampling.n
         kwargs = sampling.effective(job.sampling).engine_kwargs()
         kwargs["n"] = sampling.candidates(job)  # hierarchical: M candidates, keep n
-        with self.lock:
-            version = self.engine.weight_version
-            [(prompt_ids, samples)] = self.engine.generate([job.prompt], **kwargs)
+        try:
+            with self.lock:
+                version = self.engine.weight_version
+                [(prompt_ids, samples)] = self.engine.generate([job.prompt], **kwargs)
+                engine_phases = dict(getattr(self.engine, "last_phases", {}))
+        except ValueError as exc:  # the engine refuses this prompt: retrying cannot help
+            self.reject(channels, queue, delivery, job, str(exc))
+            return
         gen_s = time.perf_counter() - start
         start = time.perf_counter()
         chosen = select(
@@ -180,11 +187,13 @@ class RolloutWorker:
             part_count=job.part_count,
             generated=len(samples),
             dropped=chosen.dropped,
-            stats={**chosen.stats, **between},
+            stats={**chosen.stats, **between, **engine_phases},
         )
+        start = time.perf_counter()
         fresh = channels.publish_group(
             queue, delivery.entry_id, job.job_id, group.SerializeToString()
         )
+        self._publish_s = time.perf_counter() - start
         self.stats.paths_generated += len(samples)
         self.stats.tokens_generated += sum(len(x.token_ids) for x in samples)
         self.stats.groups_published += int(fresh)
@@ -198,6 +207,25 @@ class RolloutWorker:
             score_s,
             "" if fresh else " (duplicate, dropped)",
         )
+
+    def reject(self, channels, queue, delivery: q.Delivery, job, reason: str) -> None:
+        """Answer a job the engine cannot take (e.g. a prompt longer than the context) at once
+        with an empty group carrying the error, so the learner counts it and moves on."""
+        group = common_pb2.PathGroup(
+            run_id=channels.run_id,
+            group_id=job.group_id,
+            prompt_id=job.prompt_id,
+            prompt=job.prompt,
+            reference=job.reference,
+            weight_version=self.engine.weight_version,
+            worker=self.name,
+            part_index=job.part_index,
+            part_count=job.part_count,
+            error=reason[:1000],
+        )
+        channels.publish_group(queue, delivery.entry_id, job.job_id, group.SerializeToString())
+        self._free_since = time.perf_counter()
+        log.warning("job %s refused by the engine: %s", job.job_id, reason)
 
     def prefix_scores(self, job, samples, reward_fn: str, indices: list[int], prefix_tokens: int):
         """Quality predictor: a reward function (e.g. a trained reward model) on path prefixes."""

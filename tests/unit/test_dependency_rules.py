@@ -1,7 +1,8 @@
 """DESIGN.md §2: brorl imports no torch/vllm/deepspeed/triton, services never import each other,
 vllm only in services/rollout/engine.py, deepspeed only in services/learner/deepspeed_engine.py,
-triton only in kernels/. Also: the core (brorl/ outside brorl/apps/) never imports the apps,
-services never import the demo package, and the imports inside brorl/ form no cycle.
+triton only in kernels/, redis only in brorl/queue.py, brorl/streams.py and the apps. Also: the
+core (brorl/ outside brorl/apps/) never imports the apps, services never import the demo
+package, and the imports inside brorl/ form no cycle.
 
 Every rule counts imports anywhere in a file, including those inside functions."""
 
@@ -187,3 +188,14 @@ def test_services_do_not_import_the_demo():
             f"{path.relative_to(ROOT)} imports {bad}; "
             "services must not depend on the CPU demo (demo/)"
         )
+
+
+def test_only_the_queue_layer_holds_a_redis_client():
+    """Services reach Redis through brorl.queue / brorl.streams (keys, retries and outages are
+    handled there); the apps may ping and start a local Redis."""
+    allowed = {"brorl/queue.py", "brorl/streams.py"}
+    for folder in ("brorl", "services", "demo", "kernels"):
+        for path in py_files(folder):
+            rel = str(path.relative_to(ROOT))
+            if "redis" in {n.split(".")[0] for n in imports_of(path)}:
+                assert rel in allowed or rel.startswith("brorl/apps/"), f"{rel} imports redis"

@@ -83,7 +83,9 @@ def test_learner_and_worker_agree_on_every_sampling_field(tmp_path, name):
         cfg[section] = {**cfg.get(section, {}), **values}
     run_cfg = RunConfig.model_validate(cfg)
     channels = MemoryChannels("r1")
-    JobFeed("r1", run_cfg, [Prompt("1+1=", "2")], channels.prompts).top_up(consumed=0, step=0)
+    JobFeed("r1", run_cfg, [Prompt("1+1=", "2")], channels.prompts, epoch="e0").top_up(
+        consumed=0, step=0
+    )
     engine = RecordingEngine()
     worker = RolloutWorker(
         engine,

@@ -87,7 +87,7 @@ def fake_rollout(
 
 
 def run_trainer(
-    tmp_path, rollout, **overrides
+    tmp_path, rollout, policy: RecordingPolicy | None = None, **overrides
 ) -> tuple[RecordingPolicy, list[dict], MemoryChannels]:
     data = tmp_path / "train.jsonl"
     data.write_text(
@@ -106,7 +106,7 @@ def run_trainer(
         cfg[section] = {**cfg.get(section, {}), **values}
     run_dir = tmp_path / "run"
     run_dir.mkdir()
-    channels, policy = MemoryChannels("r1", rollout), RecordingPolicy()
+    channels, policy = MemoryChannels("r1", rollout), policy or RecordingPolicy()
     state = RunState("r1", run_dir, cfg["train"]["steps"])
     trainer = Trainer(
         "r1",

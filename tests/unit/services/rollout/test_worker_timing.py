@@ -50,3 +50,38 @@ def test_reload_and_idle_seconds_ride_with_the_next_group(tmp_path):
     assert first.stats["rollout/idle_s"] >= 0.03
     assert second.stats["rollout/reload_s"] == 0.0
     assert 0.0 <= second.stats["rollout/idle_s"] < first.stats["rollout/idle_s"]
+
+
+class RefusingEngine(RecordingEngine):
+    def generate(self, prompts, **kwargs):
+        if len(prompts[0]) > 20:
+            raise ValueError("prompt (30 tokens) is longer than the maximum model length 16")
+        return super().generate(prompts, **kwargs)
+
+
+def test_a_prompt_the_engine_refuses_comes_back_at_once_as_an_error_group(tmp_path):
+    channels = MemoryChannels("r1")
+    worker = RolloutWorker(
+        RefusingEngine(),
+        threading.Lock(),
+        MemoryRegistry(),
+        lambda run: channels,
+        AlternatingReward(),
+        run_id="r1",
+    )
+    for i, prompt in enumerate(["1+1=", "9" * 30 + "+1="]):
+        job = common_pb2.PromptJob(
+            run_id="r1",
+            job_id=f"r1/{i}/0",
+            group_id=f"g{i}",
+            prompt=prompt,
+            part_count=1,
+            sampling=common_pb2.SamplingParams(n=4, temperature=1.0),
+        )
+        channels.prompts.put(job.SerializeToString())
+    assert worker.step() and worker.step()
+    ok, refused = (common_pb2.PathGroup.FromString(d.data) for d in channels.paths.read(count=2))
+    assert not ok.error and len(ok.paths) == 4
+    assert "longer than the maximum model length" in refused.error and not refused.paths
+    assert not channels.prompts.pending and not channels.prompts.dead  # acked, not retried
+    assert refused.stats == {} and "rollout/publish_s" in ok.stats

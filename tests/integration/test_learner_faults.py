@@ -1,0 +1,164 @@
+"""The learner against a real Redis: SIGKILLed and resumed, Redis restarted mid-run, and
+nothing growing with the run's length (docs/reliability.md). The rollout is a stand-in thread
+(the workers' side of a crash is tests/e2e/test_worker_crash.py)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+import uuid
+
+import pytest
+import redis
+
+from brorl import queue as q
+from brorl import streams
+from tests.integration.learner_faults_harness import (
+    REPO,
+    FakeRollout,
+    PrivateRedis,
+    run_learner,
+    trained_steps,
+)
+from tests.waiting import wait_until
+
+pytestmark = [pytest.mark.slow]
+
+
+@pytest.fixture
+def private_redis(tmp_path):
+    server = PrivateRedis(tmp_path / "redis").start()
+    yield server
+    server.stop()
+
+
+def learner_process(url, run_id, run_dir, steps, resume=False) -> subprocess.Popen:
+    argv = [
+        sys.executable,
+        "-m",
+        "tests.integration.learner_faults_harness",
+        url,
+        run_id,
+        str(run_dir),
+        str(steps),
+    ] + (["--resume"] if resume else [])
+    log = open(run_dir.parent / f"learner-{time.monotonic_ns()}.log", "wb")
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    return subprocess.Popen(argv, cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT)
+
+
+def steps_done(run_dir) -> int:
+    path = run_dir / "metrics.jsonl"
+    return max(trained_steps(run_dir), default=0) if path.exists() else 0
+
+
+def test_sigkilled_learner_resumes_and_trains_every_group_exactly_once(tmp_path, private_redis):
+    run_id, run_dir, steps = f"crash-{uuid.uuid4().hex[:6]}", tmp_path / "run", 16
+    run_dir.mkdir()
+    rollout = FakeRollout(private_redis.url, run_id)
+    rollout.start()
+    try:
+        proc = learner_process(private_redis.url, run_id, run_dir, steps)
+        # kill it at three different points: right after a checkpoint (step 3), between
+        # checkpoints (step 8) and just before one (step 11); each restart resumes
+        for kill_after in (3, 8, 11):
+            wait_until(lambda: steps_done(run_dir) >= kill_after or proc.poll() is not None, 60)
+            assert proc.poll() is None, "the learner ended before it could be killed"
+            os.kill(proc.pid, signal.SIGKILL)
+            proc.wait()
+            proc = learner_process(private_redis.url, run_id, run_dir, steps, resume=True)
+        assert proc.wait(timeout=120) == 0
+    finally:
+        rollout.stop.set()
+    trained = trained_steps(run_dir)
+    assert sorted(trained) == list(range(1, steps + 1))  # reached its step count
+    ids = [g for s in sorted(trained) for g in trained[s]]
+    assert len(ids) == 2 * steps and len(set(ids)) == len(ids)  # each group once
+
+
+def test_checkpoints_carry_the_rng_state(tmp_path):
+    import random
+
+    import numpy as np
+    import torch
+
+    from services.learner.train import rng_state, set_rng_state
+
+    saved = rng_state()
+    expected = (random.random(), float(np.random.rand()), float(torch.rand(1)))
+    random.random(), np.random.rand(), torch.rand(3)  # move every generator on
+    set_rng_state(saved)
+    assert (random.random(), float(np.random.rand()), float(torch.rand(1))) == expected
+
+
+def test_the_run_survives_a_redis_restart_and_10s_outage(tmp_path, private_redis):
+    run_id, run_dir, steps = f"outage-{uuid.uuid4().hex[:6]}", tmp_path / "run", 12
+    rollout = FakeRollout(private_redis.url, run_id)
+    rollout.start()
+    result: dict = {}
+
+    def learn():
+        try:
+            result["policy"] = run_learner(private_redis.url, run_id, run_dir, steps)
+        except BaseException as exc:  # noqa: BLE001 - reported by the assertion below
+            result["error"] = exc
+
+    learner = threading.Thread(target=learn)
+    learner.start()
+    try:
+        wait_until(lambda: steps_done(run_dir) >= 4, 60)
+        private_redis.stop()  # down for 10 s, then back with its append-only file
+        time.sleep(10)
+        private_redis.start()
+        learner.join(timeout=120)
+    finally:
+        rollout.stop.set()
+    assert "error" not in result, result.get("error")
+    ids = [g for update in result["policy"].updates for g in update]
+    assert len(result["policy"].updates) == steps and len(set(ids)) == len(ids) == 2 * steps
+
+
+def test_unreachable_redis_at_start_names_the_address():
+    port = 1  # nothing listens there
+    with pytest.raises(q.RedisUnavailable, match=f"Redis at redis://127.0.0.1:{port}/0"):
+        q.connect(f"redis://127.0.0.1:{port}/0")
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "services.learner",
+            "bind=127.0.0.1:0",
+            f"redis_url=redis://127.0.0.1:{port}/0",
+        ],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+    )
+    assert out.returncode == 1 and "Traceback" not in out.stderr
+    assert f"error: Redis at redis://127.0.0.1:{port}/0 is unreachable" in out.stderr
+
+
+def test_nothing_in_redis_grows_with_the_run(tmp_path, private_redis, monkeypatch):
+    monkeypatch.setattr(streams, "DONE_WINDOW_S", 1)  # remember published job ids for 1 s
+    run_id, run_dir, steps = f"long-{uuid.uuid4().hex[:6]}", tmp_path / "run", 60
+    client = redis.Redis.from_url(private_redis.url)
+    rollout = FakeRollout(private_redis.url, run_id)
+    rollout.start()
+    try:
+        run_learner(private_redis.url, run_id, run_dir, steps)
+    finally:
+        rollout.stop.set()
+    keys = q.keys(run_id)
+    # consumed entries are deleted, not left to MAXLEN: what stays is the groups in flight when
+    # the run ended (max_inflight_groups = 4), answered or not
+    assert client.xlen(keys["paths"]) + client.xlen(keys["prompts"]) <= 4
+    assert client.zcard(keys["done"]) < 60  # the last second's job ids, not all 120
+    usage = sum(client.memory_usage(k) or 0 for k in keys.values())
+    assert usage < 64_000, usage
+    assert all(0 < client.ttl(k) <= 86_400 for k in keys.values() if client.exists(k))
