@@ -13,8 +13,9 @@ Reported:
   with no learner (one client thread per worker calling Generate then ScoreBatch), and
   ``pipeline_ratio`` = paths_per_s / rollout_alone_paths_per_s;
 * ``step_phases_s``: mean seconds per step of each learner phase (wait for data, batch,
-  forward, backward, optimizer, publish) and, per group, the rollout's generate and score
-  seconds and its reload and idle seconds before the job;
+  forward, backward, optimizer, publish) and, per group, the rollout's generate seconds (and
+  within them vLLM's queue, prefill and decode seconds), score seconds, the Redis publish of
+  the group, and its reload and idle seconds before the job;
 * ``learner_flops_over_peak``: 6 × parameters × positions / (forward + backward + optimizer
   seconds), over a peak GEMM FLOP/s measured here with the learner's thread count;
 * ``accuracy_curve`` and ``seconds_to_target``: held-out greedy accuracy of the published
@@ -188,6 +189,10 @@ def main() -> None:
         # a worker's time between two jobs: reloading published weights, then waiting for work
         phases["rollout_reload_per_group"] = mean("rollout/reload_s")
         phases["rollout_idle_per_group"] = mean("rollout/idle_s")
+        # inside generate: vLLM's queue wait, prefill (to the first token) and decode; then the
+        # Redis write + ack of the finished group
+        for part in ("queue", "prefill", "decode", "publish"):
+            phases[f"rollout_{part}_per_group"] = mean(f"rollout/{part}_s")
         compute_s = sum(
             m.get(f"learner/{ph}_s", 0.0)
             for m in steps

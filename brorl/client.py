@@ -1,10 +1,12 @@
-"""Thin clients of the three services (every call has a deadline)."""
+"""Thin clients of the three services (every call has a deadline; ``security``: the token and
+TLS settings of a secured cluster, docs/security.md)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 from brorl import rpc
+from brorl.security import SecurityConfig
 from brorl.v1 import (
     common_pb2,
     learner_pb2,
@@ -17,8 +19,13 @@ from brorl.v1 import (
 
 
 class LearnerClient:
-    def __init__(self, address: str, deadline_s: float = rpc.DEFAULT_DEADLINE_S):
-        self.channel = rpc.channel(address)
+    def __init__(
+        self,
+        address: str,
+        deadline_s: float = rpc.DEFAULT_DEADLINE_S,
+        security: SecurityConfig | None = None,
+    ):
+        self.channel = rpc.channel(address, security)
         self.stub = learner_pb2_grpc.LearnerServiceStub(self.channel)
         self.deadline = deadline_s
 
@@ -54,8 +61,13 @@ class LearnerClient:
 
 
 class RewardClient:
-    def __init__(self, address: str, deadline_s: float = rpc.DEFAULT_DEADLINE_S):
-        self.channel = rpc.channel(address)
+    def __init__(
+        self,
+        address: str,
+        deadline_s: float = rpc.DEFAULT_DEADLINE_S,
+        security: SecurityConfig | None = None,
+    ):
+        self.channel = rpc.channel(address, security)
         self.stub = reward_pb2_grpc.RewardServiceStub(self.channel)
         self.deadline = deadline_s
 
@@ -72,8 +84,13 @@ class RewardClient:
 
 
 class RolloutClient:
-    def __init__(self, address: str, deadline_s: float = 300.0):
-        self.channel = rpc.channel(address)
+    def __init__(
+        self,
+        address: str,
+        deadline_s: float = 300.0,
+        security: SecurityConfig | None = None,
+    ):
+        self.channel = rpc.channel(address, security)
         self.stub = rollout_pb2_grpc.RolloutServiceStub(self.channel)
         self.deadline = deadline_s
 

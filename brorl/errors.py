@@ -35,3 +35,19 @@ class Unavailable(BrorlError):
 
 class NotFound(BrorlError):
     code = grpc.StatusCode.NOT_FOUND
+
+
+class Unauthenticated(BrorlError):
+    """The call carries no valid credentials (brorl.security)."""
+
+    code = grpc.StatusCode.UNAUTHENTICATED
+
+
+class PermissionDenied(BrorlError):
+    """The caller may not make the service do this; the message names the field and the rule."""
+
+    code = grpc.StatusCode.PERMISSION_DENIED
+
+    def __init__(self, field: str, message: str):
+        self.field = field
+        super().__init__(f"{field}: {message}")

@@ -1,5 +1,6 @@
-"""gRPC plumbing shared by every service: server construction with health and reflection,
-one error translator, and client channels whose calls always carry a deadline."""
+"""gRPC plumbing shared by every service: server construction with health and reflection (and
+the token check and TLS of brorl.security), one error translator, and client channels whose
+calls always carry a deadline."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
 from brorl.errors import BrorlError
+from brorl.security import BearerToken, SecurityConfig, TokenCheck
 
 log = logging.getLogger(__name__)
 
@@ -65,12 +67,22 @@ def translate_errors(fn: Callable) -> Callable:
 
 
 class Server:
-    """A grpc.Server with health (starts NOT_SERVING) and reflection for ``service_names``."""
+    """A grpc.Server with health (starts NOT_SERVING) and reflection for ``service_names``;
+    ``security`` adds the token check (every RPC but health and reflection) and TLS."""
 
-    def __init__(self, bind: str, service_names: Iterable[str], max_workers: int = 16):
+    def __init__(
+        self,
+        bind: str,
+        service_names: Iterable[str],
+        max_workers: int = 16,
+        security: SecurityConfig | None = None,
+    ):
         self.service_names = list(service_names)
+        token = security.required_token() if security else ""
         self.grpc = grpc.server(
-            futures.ThreadPoolExecutor(max_workers=max_workers), options=CHANNEL_OPTIONS
+            futures.ThreadPoolExecutor(max_workers=max_workers),
+            options=CHANNEL_OPTIONS,
+            interceptors=[TokenCheck(token)] if token else [],
         )
         self.health = health.HealthServicer()
         health_pb2_grpc.add_HealthServicer_to_server(self.health, self.grpc)
@@ -79,9 +91,15 @@ class Server:
             + [health_pb2.DESCRIPTOR.services_by_name["Health"].full_name, reflection.SERVICE_NAME],
             self.grpc,
         )
-        self.port = self.grpc.add_insecure_port(bind)
+        credentials = security.tls.server_credentials() if security else None
+        if credentials:
+            self.port = self.grpc.add_secure_port(bind, credentials)
+        else:
+            self.port = self.grpc.add_insecure_port(bind)
         if self.port == 0:
             raise OSError(f"cannot bind gRPC server to {bind}")
+        if token and not credentials and not _loopback(bind):
+            log.warning("%s: token required but no TLS: tokens cross the network in clear", bind)
         self.set_serving(False)
 
     def set_serving(self, serving: bool) -> None:
@@ -160,15 +178,35 @@ def call_with_retry(
     raise AssertionError("unreachable")
 
 
-def channel(address: str) -> grpc.Channel:
-    return grpc.insecure_channel(address, options=CHANNEL_OPTIONS)
+def _loopback(bind: str) -> bool:
+    host = bind.rsplit(":", 1)[0].strip("[]")
+    return host in ("localhost", "::1") or host.startswith("127.")
 
 
-def wait_serving(address: str, service: str = "", timeout: float = 120.0) -> None:
-    """Block until the health service at ``address`` reports SERVING; TimeoutError otherwise."""
+def channel(address: str, security: SecurityConfig | None = None) -> grpc.Channel:
+    """The one way a brorl process opens a channel: TLS verified against ``security.tls.ca`` when
+    that is set, and ``security``'s token on every call when it has one."""
+    credentials = security.tls.channel_credentials() if security else None
+    if credentials:
+        ch = grpc.secure_channel(address, credentials, options=CHANNEL_OPTIONS)
+    else:
+        ch = grpc.insecure_channel(address, options=CHANNEL_OPTIONS)
+    if security and security.token:
+        ch = grpc.intercept_channel(ch, BearerToken(security.token))
+    return ch
+
+
+def wait_serving(
+    address: str,
+    service: str = "",
+    timeout: float = 120.0,
+    security: SecurityConfig | None = None,
+) -> None:
+    """Block until the health service at ``address`` reports SERVING; TimeoutError otherwise.
+    ``security``: the TLS settings of a TLS server (health itself needs no token)."""
     deadline = time.monotonic() + timeout
     last = "no answer"
-    with channel(address) as ch:
+    with channel(address, security) as ch:
         stub = health_pb2_grpc.HealthStub(ch)
         while time.monotonic() < deadline:
             try:

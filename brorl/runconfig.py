@@ -312,6 +312,13 @@ class RunConfig(StrictModel):
         description="Checkpoint every this many updates (0: only on request and at the end); "
         "a resumed run repeats at most this many updates.",
     )
+    samples_every: int = Field(
+        5,
+        ge=0,
+        description="Every this many updates, write the step's best, worst and one random path "
+        "(prompt, completion, reward) to samples.jsonl in the run directory, for `brorl "
+        "report` (0: never).",
+    )
 
     model_config = StrictModel.model_config | {"populate_by_name": True}
 

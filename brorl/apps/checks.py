@@ -3,9 +3,10 @@
 A bad input found after a cluster has started (or a warm-start has trained for minutes) costs
 the user a long wait and a traceback from some child process; found here it costs one line. So
 the rules live in one place: what a model directory is (a directory with ``config.json``), a
-usable input file, config file, output directory, free port, Redis and reachable service — and
-how a failure is answered: ``BadInput``, which the CLI prints as ONE line on stderr naming the
-input and what to do, with exit code ``EXIT_BAD_INPUT`` (2, argparse's code for usage errors).
+usable input file, config file, output directory, free port, Redis, reachable service and
+token/TLS settings — and how a failure is answered: ``BadInput``, which the CLI prints as ONE
+line on stderr naming the input and what to do, with exit code ``EXIT_BAD_INPUT`` (2, argparse's
+code for usage errors).
 
 ``PREFLIGHT`` maps every subcommand to its checks; the CLI runs the entry before the handler or
 the hand-off to ``python -m ...`` (tests/unit/brorl/apps/test_cli_bad_input.py checks that every
@@ -26,8 +27,9 @@ import yaml
 
 from brorl.apps import demo_cmd, recipe, sweep_cmd
 from brorl.apps.launcher import REPO_ROOT
-from brorl.config import parse_text
+from brorl.config import load_config, parse_text
 from brorl.errors import BrorlError
+from brorl.security import SecurityConfig
 
 EXIT_FAILED = 1  # something started and then failed: a service died, a run failed
 EXIT_BAD_INPUT = 2  # an input is wrong or a service does not answer; nothing was started
@@ -102,6 +104,18 @@ def config_file(flag: str, path: str) -> dict:
     except BrorlError as exc:
         problem = str(exc).removeprefix(f"{path}: ")
         raise BadInput(f"{flag} {path}", problem, "fix the file") from None
+
+
+def run_dir(flag: str, path: str) -> Path:
+    """A run directory is one a learner wrote: a directory holding ``metrics.jsonl``."""
+    p = Path(path).expanduser()
+    fix = "pass a run directory (<runs_dir>/<run_id>, the one holding metrics.jsonl)"
+    if not p.is_dir():
+        problem = "is a file, not a directory" if p.exists() else "no such directory"
+        raise BadInput(f"{flag} {path}", problem, fix)
+    if not (p / "metrics.jsonl").is_file():
+        raise BadInput(f"{flag} {path}", "has no metrics.jsonl, so it holds no run", fix)
+    return p
 
 
 def output_dir(flag: str, path: str, model: bool = False) -> Path:
@@ -213,6 +227,26 @@ def reachable(flag: str, address: str, service: str) -> None:
         ) from None
 
 
+SECURITY_FLAGS = ("token_env", "token_file", "tls_cert", "tls_key", "tls_ca")  # tls_x: tls.x
+
+
+def security(args) -> SecurityConfig:
+    """The command's token and TLS settings: its --token-*/--tls-* flags over the BRORL_SECURITY__*
+    variables the services read too (docs/security.md)."""
+    overrides = []
+    for dest in (d for d in SECURITY_FLAGS if getattr(args, d, "")):
+        value = getattr(args, dest)
+        # the services a command starts run elsewhere (the repository): paths go absolute
+        value = value if dest == "token_env" else str(Path(value).expanduser().absolute())
+        overrides.append(f"{dest.replace('tls_', 'tls.')}={value}")
+    try:
+        return load_config(SecurityConfig, None, overrides, env_prefix="BRORL_SECURITY__")
+    except BrorlError as exc:
+        problem = one_line(str(exc)).removeprefix("config: ").removeprefix("Value error, ")
+        what = "token/TLS settings (--token-*, --tls-* or BRORL_SECURITY__*)"
+        raise BadInput(what, problem, "fix them (docs/security.md)") from None
+
+
 # ---- what each subcommand checks -------------------------------------------------------------
 
 
@@ -244,6 +278,7 @@ def check_cluster(args, rest) -> None:
     model_dir("--model", args.model)
     if args.workers < 0:
         raise BadInput(f"--workers {args.workers}", "must be 0 or more", "pass --workers K")
+    security(args)
     _local_cluster(args, args.workers)
 
 
@@ -285,14 +320,17 @@ def check_sweep(args, rest) -> None:
 def check_run(args, rest) -> None:
     if args.action == "start":
         config_file("run config", args.target)
+    security(args)
     reachable("--learner", args.learner, "learner")
 
 
 def check_generate(args, rest) -> None:
+    security(args)
     reachable("--rollout", args.rollout, "rollout")
 
 
 def check_score(args, rest) -> None:
+    security(args)
     reachable("--reward", args.reward, "reward")
 
 
@@ -342,6 +380,12 @@ def check_rm(args, rest) -> None:
         model_dir("--backbone", f.backbone)
 
 
+def check_report(args, rest) -> None:
+    run_dir("RUN_DIR", args.run_dir)
+    if args.out:
+        output_file("--out", args.out)
+
+
 PREFLIGHT = {
     "demo": check_demo,
     "sweep": check_sweep,
@@ -352,4 +396,5 @@ PREFLIGHT = {
     "warmstart": check_warmstart,
     "eval": check_eval,
     "rm": check_rm,
+    "report": check_report,
 }

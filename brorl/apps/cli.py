@@ -9,6 +9,7 @@ brorl generate PROMPT --n 8      sample paths from a rollout service
 brorl score --fn NAME ...        score one completion
 brorl warmstart / brorl eval     the demo model's supervised warm-start and its evaluation
 brorl rm train ...               train a pairwise reward model
+brorl report RUN_DIR             a run's self-contained HTML page: plots, config, sample paths
 
 Every subcommand checks its inputs before it starts anything (brorl/apps/checks.py); a bad one
 is answered with one line on stderr and exit code 2. Exit codes: docs/cluster.md.
@@ -27,7 +28,7 @@ from pathlib import Path
 
 import grpc
 
-from brorl.apps import checks, demo_cmd, sweep_cmd
+from brorl.apps import checks, demo_cmd, report, sweep_cmd
 from brorl.apps.launcher import REPO_ROOT, Cluster, ClusterSpec
 from brorl.apps.progress import watch_run
 from brorl.client import LearnerClient, RewardClient, RolloutClient
@@ -51,6 +52,8 @@ def cmd_cluster(args) -> int:
         reward_port=args.reward_port,
         learner_port=args.learner_port,
         rollout_base_port=args.rollout_base_port,
+        security=checks.security(args),
+        read_roots=args.read_root,
     )
     try:
         with Cluster(spec) as cluster:
@@ -76,7 +79,7 @@ def cmd_cluster(args) -> int:
 
 
 def cmd_run(args) -> int:
-    client = LearnerClient(args.learner)
+    client = LearnerClient(args.learner, security=checks.security(args))
     if args.action == "start":
         info = client.start_file(args.target, run_id=args.run_id, resume=args.resume)
         print(f"started {info.run_id} ({info.total_steps} steps) in {info.run_dir}")
@@ -114,7 +117,7 @@ def cmd_run(args) -> int:
 
 
 def cmd_generate(args) -> int:
-    resp = RolloutClient(args.rollout).generate(
+    resp = RolloutClient(args.rollout, security=checks.security(args)).generate(
         args.prompt,
         n=args.n,
         temperature=args.temperature,
@@ -138,7 +141,7 @@ def cmd_generate(args) -> int:
 
 
 def cmd_score(args) -> int:
-    resp = RewardClient(args.reward).score_batch(
+    resp = RewardClient(args.reward, security=checks.security(args)).score_batch(
         args.fn,
         [{"prompt": args.prompt, "completion": args.completion, "reference": args.reference}],
     )
@@ -154,6 +157,18 @@ def cmd_score(args) -> int:
         )
     )
     return 0
+
+
+def _security_arguments(p, server: bool = False) -> None:
+    """Token and TLS flags (docs/security.md); unset ones fall back to BRORL_SECURITY__*."""
+    p.add_argument("--token-env", default="", metavar="VAR", help="variable holding the token")
+    p.add_argument("--token-file", default="", metavar="FILE", help="file holding the token")
+    if server:
+        p.add_argument("--tls-cert", default="", metavar="FILE", help="every server's certificate")
+        p.add_argument("--tls-key", default="", metavar="FILE", help="its private key")
+    p.add_argument(
+        "--tls-ca", default="", metavar="FILE", help="CA of the servers' certificates (TLS on)"
+    )
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -184,6 +199,14 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument(
         "--rollout-base-port", type=int, default=50061, help="worker i listens on this port + i"
     )
+    c.add_argument(
+        "--read-root",
+        action="append",
+        default=[],
+        metavar="DIR",
+        help="a directory run configs may read besides the repository, workdir and model",
+    )
+    _security_arguments(c, server=True)
     c.set_defaults(handler=cmd_cluster)
 
     r = sub.add_parser("run", help="control runs on a learner")
@@ -193,6 +216,7 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--run-id", default="")
     r.add_argument("--resume", action="store_true")
     r.add_argument("--watch", action="store_true")
+    _security_arguments(r)
     r.set_defaults(handler=cmd_run)
 
     g = sub.add_parser("generate", help="sample paths from a rollout service")
@@ -203,6 +227,7 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--top-k", type=int, default=-1)
     g.add_argument("--top-p", type=float, default=1.0)
     g.add_argument("--max-tokens", type=int, default=16)
+    _security_arguments(g)
     g.set_defaults(handler=cmd_generate)
 
     s = sub.add_parser("score", help="score one completion with a reward function")
@@ -211,7 +236,12 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--prompt", default="")
     s.add_argument("--completion", required=True)
     s.add_argument("--reference", default="")
+    _security_arguments(s)
     s.set_defaults(handler=cmd_score)
+
+    rp = sub.add_parser("report", help="write a run's HTML report (plots, config, sample paths)")
+    report.add_arguments(rp)
+    rp.set_defaults(handler=report.cmd_report)
 
     for name, module, text in [
         ("warmstart", "demo", "supervised warm-start of the demo model (cached)"),

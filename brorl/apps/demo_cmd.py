@@ -20,7 +20,7 @@ from pathlib import Path
 
 from pydantic import Field
 
-from brorl.apps import recipe
+from brorl.apps import recipe, report
 from brorl.apps.launcher import REPO_ROOT, Cluster
 from brorl.apps.progress import watch_run
 from brorl.client import LearnerClient
@@ -101,4 +101,6 @@ def run_demo(args) -> int:
     )
     print(f"   run directory: {run_dir} (config.yaml, metrics.jsonl, final/, summary.json)")
     print(f"   total {summary['wall_seconds'] / 60:.1f} min")
+    # last, so the report has summary.json's before/after accuracy
+    print(f"   report (open in a browser): {report.write_report(run_dir)}")
     return 0

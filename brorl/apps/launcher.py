@@ -8,6 +8,7 @@ runs the same commands (a test checks it).
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import shutil
@@ -21,6 +22,7 @@ from pathlib import Path
 import redis
 
 from brorl.rpc import wait_serving
+from brorl.security import SecurityConfig
 
 log = logging.getLogger(__name__)
 
@@ -59,6 +61,12 @@ class ClusterSpec:
     learner_overrides: dict = field(default_factory=dict)
     threads_per_process: int = 0  # 0: leave torch/OMP defaults
     namespace: str = "default"  # workers follow the learner of their namespace
+    rollout_cpu_bind: str = "auto"  # see worker_cpu_bind
+    # Token and TLS of every service and of the launcher's own health checks (docs/security.md).
+    security: SecurityConfig | None = None
+    # Where run configs may point besides the learner's working directory (the repository), the
+    # workdir and the model: the learner's read_roots.
+    read_roots: list[str] = field(default_factory=list)
 
 
 class Cluster:
@@ -149,8 +157,9 @@ class Cluster:
 
     def start(self) -> None:
         s = self.spec
+        secure = security_overrides(s.security)
         self.ensure_redis()
-        self._spawn("reward", service_command("reward", {"bind": self.reward_address}))
+        self._spawn("reward", service_command("reward", {"bind": self.reward_address, **secure}))
         for i in range(s.rollout_workers):
             self._spawn(
                 f"rollout-{i}",
@@ -162,6 +171,8 @@ class Cluster:
                         "redis_url": self.redis_url,
                         "reward_address": self.reward_address,
                         "namespace": s.namespace,
+                        "engine.cpu_threads_bind": worker_cpu_bind(s.rollout_cpu_bind, i),
+                        **secure,
                         **s.rollout_overrides,
                     },
                 ),
@@ -175,6 +186,8 @@ class Cluster:
                     "redis_url": self.redis_url,
                     "runs_dir": str(s.workdir / "runs"),
                     "namespace": s.namespace,
+                    "read_roots": json.dumps(read_roots(s)),
+                    **secure,
                     **s.learner_overrides,
                 },
             ),
@@ -191,7 +204,11 @@ class Cluster:
             while True:
                 self.check_alive()
                 try:
-                    wait_serving(address, timeout=min(5.0, max(deadline - time.monotonic(), 0.1)))
+                    wait_serving(
+                        address,
+                        timeout=min(5.0, max(deadline - time.monotonic(), 0.1)),
+                        security=self.spec.security,
+                    )
                     break
                 except TimeoutError:
                     if time.monotonic() > deadline:
@@ -238,6 +255,37 @@ class Cluster:
         self.procs.clear()
 
 
+def worker_cpu_bind(mode: str, index: int) -> str:
+    """The engine ``cpu_threads_bind`` of rollout worker ``index``: ``spread`` pins worker i to
+    the i-th core this process may use (round robin); any other value (``auto``, ``nobind``, a
+    core list) is passed to every worker as is. vLLM's ``auto`` pins every engine of a 2-core
+    machine to core 0 (it keeps the last core for its scheduler), so two workers share a core.
+    """
+    if mode != "spread":
+        return mode
+    cores = sorted(os.sched_getaffinity(0))
+    return str(cores[index % len(cores)])
+
+
+def read_roots(spec: ClusterSpec) -> list[str]:
+    """The learner's read_roots: its working directory (the repository, .cache among it), the
+    workdir, the model and the spec's extra roots, as the user who named them meant them."""
+    return [".", *(str(Path(p).absolute()) for p in (spec.workdir, spec.model, *spec.read_roots))]
+
+
+def security_overrides(security: SecurityConfig | None) -> dict[str, str]:
+    """``security`` as the ``key=value`` overrides of a service (what differs from no security)."""
+
+    def flat(tree: dict, prefix: str):
+        for key, value in tree.items():
+            if isinstance(value, dict):
+                yield from flat(value, f"{prefix}{key}.")
+            else:
+                yield f"{prefix}{key}", str(value)
+
+    return dict(flat(security.model_dump(exclude_defaults=True), "security.")) if security else {}
+
+
 def child_env(threads: int = 0) -> dict:
     """The environment of a service process: the repo importable, unbuffered logs, and a thread
     cap when several services share the cores."""
@@ -252,11 +300,24 @@ def child_env(threads: int = 0) -> dict:
 class ServiceProc:
     """One service as a child process on a free port (port 0 + port file): tests and benchmarks."""
 
-    def __init__(self, service: str, tmp: Path, name: str | None = None, **overrides):
+    def __init__(
+        self,
+        service: str,
+        tmp: Path,
+        name: str | None = None,
+        security: SecurityConfig | None = None,
+        **overrides,
+    ):
         self.name = name or service
+        self.security = security
         self.port_file = tmp / f"{self.name}.port"
         self.log_path = tmp / f"{self.name}.log"
-        overrides = {"bind": "127.0.0.1:0", "port_file": str(self.port_file), **overrides}
+        overrides = {
+            "bind": "127.0.0.1:0",
+            "port_file": str(self.port_file),
+            **security_overrides(security),
+            **overrides,
+        }
         with open(self.log_path, "wb") as out:
             self.popen = subprocess.Popen(
                 service_command(service, overrides),
@@ -281,7 +342,7 @@ class ServiceProc:
 
     def wait_serving(self, timeout: float = 420) -> "ServiceProc":
         try:
-            wait_serving(self.address, timeout=timeout)
+            wait_serving(self.address, timeout=timeout, security=self.security)
         except TimeoutError as exc:
             raise TimeoutError(f"{exc}\n{self.log()}") from None
         return self

@@ -53,6 +53,15 @@ class RecipeConfig(StrictModel):
             "shared)."
         ),
     )
+    rollout_cpu_bind: str = Field(
+        "auto",
+        pattern=r"^(auto|spread|nobind|[0-9][0-9,\-]*)$",
+        description=(
+            "Cores of each rollout worker's vLLM engine: 'spread' pins worker i to the i-th "
+            "core, 'auto' lets vLLM choose (every engine on core 0 of a 2-core machine), "
+            "'nobind' leaves it to the OS, or a core list for every worker."
+        ),
+    )
     train_problems: int = Field(
         20000,
         ge=100,
@@ -192,6 +201,7 @@ def cluster_spec(
         learner_overrides=learner_overrides or {},
         threads_per_process=cfg.threads_per_process,
         namespace=namespace,
+        rollout_cpu_bind=cfg.rollout_cpu_bind,
     )
 
 

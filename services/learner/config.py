@@ -3,6 +3,7 @@ from __future__ import annotations
 from pydantic import Field
 
 from brorl.config import StrictModel
+from brorl.security import SecurityConfig
 
 
 class LearnerServiceConfig(StrictModel):
@@ -37,3 +38,18 @@ class LearnerServiceConfig(StrictModel):
     torch_threads: int = Field(0, ge=0, description="torch intra-op threads (0: torch's default).")
     keep_weight_versions: int = Field(3, ge=1, description="Published versions kept in the store.")
     port_file: str = Field("", description="If set, the bound port is written here once serving.")
+    read_roots: list[str] = Field(
+        default_factory=lambda: ["."],
+        description=(
+            "Directories the paths of a run config (model, data.train_path, "
+            "explore.embedding_model) must lie under once symlinks and '..' are resolved; any "
+            "other path is PERMISSION_DENIED. Relative entries are relative to the learner's "
+            "working directory; runs_dir is always allowed; ['/'] allows every path."
+        ),
+    )
+    security: SecurityConfig = Field(
+        default_factory=SecurityConfig,
+        description=(
+            "Token and TLS (docs/security.md); with a token, every LearnerService RPC needs it."
+        ),
+    )

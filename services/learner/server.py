@@ -25,6 +25,7 @@ from brorl.v1 import learner_pb2, learner_pb2_grpc
 from brorl.weights import WeightStore
 from services.learner.config import LearnerServiceConfig
 from services.learner.prompts import load_prompts
+from services.learner.read_roots import ReadRoots
 from services.learner.runstate import RunState
 from services.learner.train import Trainer
 
@@ -41,6 +42,9 @@ class LearnerServicer(learner_pb2_grpc.LearnerServiceServicer):
         self.threads: dict[str, threading.Thread] = {}
         self.lock = threading.Lock()
         self.registry = q.RunRegistry(redis_client, config.namespace)
+        # runs_dir is always readable: a run may start from an earlier run's final weights.
+        self.read_roots = ReadRoots([*config.read_roots, config.runs_dir])
+        log.info("run configs may read under %s", ", ".join(map(str, self.read_roots.roots)))
 
     def _build_policy(self, cfg):
         from services.learner.policy import Policy  # heavy: transformers, DeepSpeed
@@ -67,6 +71,7 @@ class LearnerServicer(learner_pb2_grpc.LearnerServiceServicer):
     @rpc.translate_errors
     def StartRun(self, request, context):
         cfg = parse_run_config(request.config_yaml)
+        self.read_roots.confine(cfg)  # before anything looks at the files
         if not Path(cfg.model).is_dir():
             raise InvalidArgument("model", f"directory {cfg.model} does not exist")
         load_prompts(cfg.data.train_path)  # bad data is the caller's error: report it now
@@ -157,7 +162,7 @@ def serve(config: LearnerServiceConfig) -> None:
         torch.set_num_threads(config.torch_threads)
     redis_client = q.connect(config.redis_url)
     redis_client.ping()
-    server = rpc.Server(config.bind, [SERVICE_NAME])
+    server = rpc.Server(config.bind, [SERVICE_NAME], security=config.security)
     learner_pb2_grpc.add_LearnerServiceServicer_to_server(
         LearnerServicer(config, redis_client), server.grpc
     )

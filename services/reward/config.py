@@ -16,6 +16,7 @@ from typing import Annotated, Callable, Literal, NamedTuple, Union
 from pydantic import Field, field_validator, model_validator
 
 from brorl.config import StrictModel
+from brorl.security import InferenceSecurityConfig
 
 
 class MathAnswerSpec(StrictModel):
@@ -364,6 +365,10 @@ class RewardServiceConfig(StrictModel):
     )
     workers: int = Field(8, ge=1, le=256, description="gRPC handler threads.")
     port_file: str = Field("", description="If set, the bound port is written here once serving.")
+    security: InferenceSecurityConfig = Field(
+        default_factory=InferenceSecurityConfig,
+        description="Token and TLS of this server (docs/security.md).",
+    )
     clip: float = Field(3.0, ge=0, description="Every reward is clipped to [-clip, clip] (0: off).")
     functions: dict[str, FunctionSpec] = Field(
         default_factory=default_specs,

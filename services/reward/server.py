@@ -88,7 +88,9 @@ class RewardServer(rpc.Server):
 
 def build_server(config: RewardServiceConfig, registry: Registry | None = None) -> RewardServer:
     registry = registry if registry is not None else build_registry(config)
-    server = RewardServer(config.bind, [SERVICE_NAME], max_workers=config.workers)
+    server = RewardServer(
+        config.bind, [SERVICE_NAME], max_workers=config.workers, security=config.security
+    )
     server.registry = registry
     servicer = RewardServicer(registry, config.max_batch)
     reward_pb2_grpc.add_RewardServiceServicer_to_server(servicer, server.grpc)

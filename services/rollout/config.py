@@ -1,8 +1,9 @@
 from __future__ import annotations
 
-from pydantic import Field
+from pydantic import Field, field_validator
 
 from brorl.config import StrictModel
+from brorl.security import InferenceSecurityConfig
 
 
 class EngineConfig(StrictModel):
@@ -14,7 +15,22 @@ class EngineConfig(StrictModel):
     )
     kv_cache_gib: int = Field(1, ge=1, description="VLLM_CPU_KVCACHE_SPACE on CPU (GiB).")
     enable_prefix_caching: bool = Field(True, description="Compute a group's shared prompt once.")
+    cpu_threads_bind: str = Field(
+        "auto",
+        pattern=r"^(auto|nobind|[0-9][0-9,\-]*)$",
+        description=(
+            "vLLM-CPU's VLLM_CPU_OMP_THREADS_BIND: the cores the model's threads are pinned to. "
+            "'auto' lets vLLM choose (it reserves the last core for its scheduler, so on a 2-core "
+            "machine every engine lands on core 0), 'nobind' leaves placement to the OS, or a "
+            "core list such as '1' or '0-1'. Ignored on CUDA."
+        ),
+    )
     seed: int = Field(0, description="Engine seed.")
+
+    @field_validator("cpu_threads_bind", mode="before")
+    @classmethod
+    def _core_number_as_text(cls, value):
+        return str(value) if isinstance(value, int) else value  # `cpu_threads_bind=1` parses as 1
 
 
 class RolloutServiceConfig(StrictModel):
@@ -59,3 +75,7 @@ class RolloutServiceConfig(StrictModel):
         default_factory=EngineConfig, description="The vLLM engine of this worker."
     )
     port_file: str = Field("", description="If set, the bound port is written here once serving.")
+    security: InferenceSecurityConfig = Field(
+        default_factory=InferenceSecurityConfig,
+        description="Token and TLS of this server and of its calls to reward (docs/security.md).",
+    )

@@ -194,15 +194,37 @@ class ReloadExtension:
             return float(sum(p.double().sum() for p in self.model_runner.get_model().parameters()))
 
 
-def _prepare_process_env(kv_cache_gib: int) -> None:
+def _prepare_process_env(kv_cache_gib: int, cpu_threads_bind: str = "auto") -> None:
     """Environment that the spawned engine processes inherit; set before vllm starts them."""
     path = os.environ.get("PYTHONPATH", "")
     if _REPO_ROOT not in path.split(os.pathsep):
         os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (_REPO_ROOT, path) if p)
     os.environ["VLLM_CPU_KVCACHE_SPACE"] = str(int(kv_cache_gib))  # GiB; ignored on CUDA
+    os.environ["VLLM_CPU_OMP_THREADS_BIND"] = cpu_threads_bind  # ignored on CUDA
     if "VLLM_LOGGING_LEVEL" not in os.environ:
         os.environ["VLLM_LOGGING_LEVEL"] = "WARNING"
         logging.getLogger("vllm").setLevel(logging.WARNING)  # in case vllm is already imported
+
+
+def _phase_seconds(outputs) -> dict[str, float]:
+    """Queue, prefill and decode seconds of one generate() call, from vLLM's per-request
+    engine-core timestamps: queued → scheduled (waiting), scheduled → first token (prefill:
+    the paths of a group are scheduled together, so their prompt passes share that step), first
+    → last token (decode). Over the call's requests: earliest start, latest end. Empty when the
+    engine keeps no stats."""
+    stats = [getattr(o, "metrics", None) for o in outputs]
+    stats = [m for m in stats if m is not None and getattr(m, "first_token_ts", 0.0) > 0]
+    if not stats:
+        return {}
+    queued = min(m.queued_ts for m in stats)
+    scheduled = min(m.scheduled_ts for m in stats)
+    first = max(m.first_token_ts for m in stats)
+    last = max(m.last_token_ts for m in stats)
+    return {
+        "rollout/queue_s": max(scheduled - queued, 0.0),
+        "rollout/prefill_s": max(first - scheduled, 0.0),
+        "rollout/decode_s": max(last - first, 0.0),
+    }
 
 
 class RolloutEngine:
@@ -220,13 +242,16 @@ class RolloutEngine:
         max_num_seqs: int = 512,
         enable_prefix_caching: bool = True,
         enforce_eager: bool = True,
+        cpu_threads_bind: str = "auto",
     ) -> None:
-        _prepare_process_env(kv_cache_gib)
+        _prepare_process_env(kv_cache_gib, cpu_threads_bind)
         from vllm import LLM
 
         self.model_path = str(model_path)
         self.max_model_len = max_model_len
         self.weight_version = 0  # the weights in model_path
+        # engine-side phases of the last generate() call (see _phase_seconds)
+        self.last_phases: dict[str, float] = {}
         # Tensor names of the initial checkpoint: a reload must provide all of them (a tied
         # lm_head.weight may be absent). Empty when model_path has no local safetensors.
         local = Path(self.model_path)
@@ -247,11 +272,25 @@ class RolloutEngine:
             enforce_eager=enforce_eager,
             logprobs_mode="processed_logprobs",
             worker_extension_cls=EXTENSION_CLS,
+            disable_log_stats=False,  # per-request timestamps: prefill vs decode seconds
             use_tqdm_on_load=False,
         )
         logger.info(
             "vLLM engine for %s ready in %.1f s", self.model_path, time.perf_counter() - start
         )
+        self._warm_up()
+
+    def _warm_up(self) -> None:
+        """One 1-token generate before the engine counts as ready: the first request of a new
+        engine pays a one-off setup (2.4 s on the demo model in a standalone measurement),
+        which belongs to the engine's start, not to a run's first group."""
+        from vllm import SamplingParams
+
+        start = time.perf_counter()
+        self._llm.generate(
+            [{"prompt_token_ids": [0]}], SamplingParams(n=1, max_tokens=1), use_tqdm=False
+        )
+        logger.info("first generate (kernel warm-up) took %.1f s", time.perf_counter() - start)
 
     # ------------------------------------------------------------------ sampling
     def generate(
@@ -307,6 +346,7 @@ class RolloutEngine:
                     )
                 )
             result.append((list(out.prompt_token_ids), samples))
+        self.last_phases = _phase_seconds(outputs)
         return result
 
     def score_continuation(

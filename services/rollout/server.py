@@ -102,11 +102,12 @@ def build_engine(config: RolloutServiceConfig):
         kv_cache_gib=e.kv_cache_gib,
         max_num_seqs=e.max_num_seqs,
         enable_prefix_caching=e.enable_prefix_caching,
+        cpu_threads_bind=e.cpu_threads_bind,
     )
 
 
 def serve(config: RolloutServiceConfig, engine=None) -> None:
-    server = rpc.Server(config.bind, [SERVICE_NAME])
+    server = rpc.Server(config.bind, [SERVICE_NAME], security=config.security)
     stats = WorkerStats()
     lock = threading.Lock()
     servicer = RolloutServicer(None, lock, config, stats)
@@ -117,7 +118,9 @@ def serve(config: RolloutServiceConfig, engine=None) -> None:
         servicer.engine = engine or build_engine(config)
         if config.worker_loop:
             redis_client = q.connect(config.redis_url)
-            reward = reward_pb2_grpc.RewardServiceStub(rpc.channel(config.reward_address))
+            reward = reward_pb2_grpc.RewardServiceStub(
+                rpc.channel(config.reward_address, config.security)
+            )
             worker = RolloutWorker(
                 servicer.engine,
                 lock,

@@ -1,3 +1,4 @@
+import json
 import uuid
 
 import pytest
@@ -31,7 +32,13 @@ def shared_cluster(tmp_path_factory, tiny_model):
             namespace=namespace,
             max_n=1024,
         )
-    procs["learner"] = ServiceProc("learner", tmp, runs_dir=str(tmp / "runs"), namespace=namespace)
+    procs["learner"] = ServiceProc(
+        "learner",
+        tmp,
+        runs_dir=str(tmp / "runs"),
+        namespace=namespace,
+        read_roots=json.dumps([str(tmp_path_factory.getbasetemp())]),  # the model and the data
+    )
     try:
         for p in procs.values():
             p.wait_serving()

@@ -1,6 +1,7 @@
 """The contract as a client in another language sees it: real service processes, reflection
 only (no brorl stubs) for Generate and ScoreBatch, and bad input → INVALID_ARGUMENT naming
-the field, with the service still serving afterwards."""
+the field (a path outside the learner's read_roots: PERMISSION_DENIED), with the service still
+serving afterwards."""
 
 import grpc
 import pytest
@@ -133,10 +134,10 @@ def test_unknown_reward_function_is_invalid_argument(cluster):
     "config_yaml,field",
     [
         ("model: [unclosed", "config_yaml"),
-        ("model: /nonexistent\ndata: {train_path: x.jsonl}", "model"),
+        ("model: MODEL-nonexistent\ndata: {train_path: MODEL/x.jsonl}", "model"),
         ("model: MODEL\ndata: {train_path: x.jsonl}\nsampling: {n: -3}", "sampling.n"),
         ("model: MODEL\ndata: {train_path: x.jsonl}\ntrian: {steps: 3}", "trian"),
-        ("model: MODEL\ndata: {train_path: /nonexistent.jsonl}", "data.train_path"),
+        ("model: MODEL\ndata: {train_path: MODEL/../nonexistent.jsonl}", "data.train_path"),
     ],
 )
 def test_malformed_run_config_is_invalid_argument(cluster, config_yaml, field):
@@ -153,3 +154,23 @@ def test_malformed_run_config_is_invalid_argument(cluster, config_yaml, field):
     with pytest.raises(grpc.RpcError) as missing:
         client.call("brorl.v1.LearnerService", "GetRun", {"run_id": "nope"})
     assert missing.value.code() == grpc.StatusCode.NOT_FOUND  # still serving
+
+
+@pytest.mark.parametrize(
+    "config_yaml,field",
+    [
+        ("model: /etc\ndata: {train_path: x.jsonl}", "model"),
+        ("model: MODEL\ndata: {train_path: /etc/passwd}", "data.train_path"),
+    ],
+)
+def test_paths_outside_the_read_roots_are_permission_denied(cluster, config_yaml, field):
+    procs, model = cluster
+    client = ReflectedClient(procs["learner"].address)
+    with pytest.raises(grpc.RpcError) as err:
+        client.call(
+            "brorl.v1.LearnerService",
+            "StartRun",
+            {"config_yaml": config_yaml.replace("MODEL", model)},
+        )
+    assert err.value.code() == grpc.StatusCode.PERMISSION_DENIED
+    assert err.value.details().startswith(field) and "read_roots" in err.value.details()

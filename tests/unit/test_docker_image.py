@@ -37,7 +37,7 @@ def test_build_references_an_existing_dockerfile_and_stage(services):
         text = dockerfile.read_text()
         stages = re.findall(r"^FROM\s+\S+\s+AS\s+(\S+)", text, flags=re.M | re.I)
         assert build["target"] in stages
-        assert re.search(r"^FROM\s+python:3\.11-slim\b", text, flags=re.M)
+        assert re.search(r"^FROM\s+python:3\.11\.\d+-slim", text, flags=re.M)
         assert re.search(rf"^WORKDIR\s+{APP_DIR}\s*$", text, flags=re.M)
         assert re.search(r"^COPY\s+\.\s+\.\s*$", text, flags=re.M)
 
@@ -129,3 +129,29 @@ def test_healthcheck_script_follows_the_health_service():
     finally:
         server.stop(grace=0)
     assert hc.main([address, "--timeout", "0.5"]) == 1  # nobody listening
+
+
+def test_healthcheck_script_checks_a_tls_server_with_the_services_ca(tmp_path, monkeypatch):
+    from brorl.config import validate
+    from brorl.rpc import Server
+    from brorl.security import SecurityConfig
+    from tests.certs import make_tls_files
+
+    hc = _healthcheck_module()
+    tls = make_tls_files(tmp_path)
+    security = validate(
+        SecurityConfig,
+        {"token_file": str(tls.token), "tls": {"cert": str(tls.cert), "key": str(tls.key)}},
+    )
+    server = Server("127.0.0.1:0", ["brorl.test.Probe"], security=security).start()
+    server.set_serving(True)
+    address = f"127.0.0.1:{server.port}"
+    try:
+        monkeypatch.delenv("BRORL_SECURITY__TLS__CA", raising=False)
+        assert hc.main([address, "--timeout", "2"]) == 1  # plaintext cannot reach it
+        assert hc.main([address, "--ca", str(tls.ca)]) == 0  # health needs no token
+        monkeypatch.setenv("BRORL_SECURITY__TLS__CA", str(tls.ca))  # as compose sets it
+        assert hc.main([address]) == 0
+        assert hc.main([address, "--ca", str(tmp_path / "missing.pem")]) == 1
+    finally:
+        server.stop(grace=0)

@@ -39,6 +39,18 @@ ROWS = [
     ("generate-unreachable", "generate 1+1= --rollout {dead}", "{dead}", "brorl cluster"),
     ("score-unreachable", "score --completion 2 --reward {dead}", "{dead}", "brorl cluster"),
     ("run-status-address-without-port", "run status r1 --learner localhost", "localhost", "PORT"),
+    (
+        "run-status-token-file-missing",
+        "run status r1 --learner {dead} --token-file {tmp}/token",
+        "{tmp}/token",
+        "docs/security.md",
+    ),
+    (
+        "cluster-tls-cert-without-key",
+        "cluster --model {model} {cluster} --tls-cert {a_file}",
+        "tls.cert",
+        "docs/security.md",
+    ),
     ("eval-missing-model", "eval --model {tmp}/nowhere", "nowhere", "config.json"),
     ("eval-dir-without-config-json", "eval --model {empty}", "{empty}", "config.json"),
     ("eval-without-model", "eval --n 5", "--model", "--model"),
@@ -130,6 +142,8 @@ ROWS = [
         "{empty}",
         "config.json",
     ),
+    ("report-missing-run-dir", "report {tmp}/nowhere", "nowhere", "metrics.jsonl"),
+    ("report-dir-without-metrics", "report {empty}", "{empty}", "metrics.jsonl"),
 ]
 
 
