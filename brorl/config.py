@@ -40,12 +40,32 @@ def _set_dotted(tree: dict, dotted: str, value: Any) -> None:
     node[keys[-1]] = value
 
 
+MAX_FLOW_DEPTH = 64
+
+
+def _check_depth(text: str, source: str) -> None:
+    """Refuse deeply nested [ / { before YAML sees them: PyYAML spends seconds on a few kB of
+    them before it fails with RecursionError (a cheap way to tie up a service's thread). Brackets
+    inside quoted strings count too: no real config nests anywhere near this deep."""
+    depth = 0
+    for ch in text:
+        if ch in "[{":
+            depth += 1
+            if depth > MAX_FLOW_DEPTH:
+                raise InvalidArgument(source, f"nests [ or {{ deeper than {MAX_FLOW_DEPTH} levels")
+        elif ch in "]}":
+            depth = max(depth - 1, 0)
+
+
 def parse_text(text: str, source: str = "config") -> dict:
     """Parse YAML (a superset of JSON) into a mapping, or raise InvalidArgument."""
+    _check_depth(text, source)
     try:
         data = yaml.safe_load(text) if text.strip() else {}
     except yaml.YAMLError as exc:
         raise InvalidArgument(source, f"not valid YAML/JSON: {exc}") from None
+    except (ValueError, RecursionError) as exc:  # an int of > 4300 digits, nesting too deep
+        raise InvalidArgument(source, f"cannot be read: {type(exc).__name__}: {exc}") from None
     if data is None:
         return {}
     if not isinstance(data, dict):

@@ -30,12 +30,26 @@ CHANNEL_OPTIONS = [
 DEFAULT_DEADLINE_S = 30.0
 
 
+# Status details travel in a trailer, and gRPC drops a call whose trailers exceed 16 KiB (the
+# client sees RESOURCE_EXHAUSTED "Stream removed"). Messages quote the request (an unknown name,
+# a bad value), so they are cut to a size that always fits (a character is up to 4 UTF-8 bytes,
+# each percent-encoded to 3 in the trailer when not ASCII).
+MAX_DETAILS_CHARS = 1000
+
+
+def _details(message: str) -> str:
+    if len(message) <= MAX_DETAILS_CHARS:
+        return message
+    return f"{message[: MAX_DETAILS_CHARS - 40]}... ({len(message)} characters, cut)"
+
+
 def _abort_for(exc: Exception, context: grpc.ServicerContext, method: str):
     if isinstance(exc, BrorlError):
-        context.abort(exc.code, str(exc))
+        context.abort(exc.code, _details(str(exc)))
     log.exception("unexpected error in %s", method)
     context.abort(
-        grpc.StatusCode.INTERNAL, f"internal error in {method}: {type(exc).__name__}: {exc}"
+        grpc.StatusCode.INTERNAL,
+        _details(f"internal error in {method}: {type(exc).__name__}: {exc}"),
     )
 
 
@@ -66,9 +80,18 @@ def translate_errors(fn: Callable) -> Callable:
     return unary_wrapper
 
 
+# Admission control when a service does not say: RPCs in flight (running or waiting for a
+# handler thread; an open stream counts until it ends) before gRPC answers RESOURCE_EXHAUSTED.
+DEFAULT_MAX_CONCURRENT_RPCS = 64
+
+
 class Server:
     """A grpc.Server with health (starts NOT_SERVING) and reflection for ``service_names``;
-    ``security`` adds the token check (every RPC but health and reflection) and TLS."""
+    ``security`` adds the token check (every RPC but health and reflection) and TLS.
+
+    Admission control: at most ``max_concurrent_rpcs`` RPCs are in flight (health and reflection
+    included); gRPC answers any call beyond that with RESOURCE_EXHAUSTED at once, so overload is
+    shed instead of queued without bound in the handler pool (docs/reliability.md)."""
 
     def __init__(
         self,
@@ -76,13 +99,18 @@ class Server:
         service_names: Iterable[str],
         max_workers: int = 16,
         security: SecurityConfig | None = None,
+        max_concurrent_rpcs: int = DEFAULT_MAX_CONCURRENT_RPCS,
     ):
+        if max_concurrent_rpcs < 1:
+            raise ValueError(f"max_concurrent_rpcs must be at least 1, got {max_concurrent_rpcs}")
         self.service_names = list(service_names)
+        self.max_concurrent_rpcs = max_concurrent_rpcs
         token = security.required_token() if security else ""
         self.grpc = grpc.server(
             futures.ThreadPoolExecutor(max_workers=max_workers),
             options=CHANNEL_OPTIONS,
             interceptors=[TokenCheck(token)] if token else [],
+            maximum_concurrent_rpcs=max_concurrent_rpcs,
         )
         self.health = health.HealthServicer()
         health_pb2_grpc.add_HealthServicer_to_server(self.health, self.grpc)

@@ -38,6 +38,17 @@ class LearnerServiceConfig(StrictModel):
     torch_threads: int = Field(0, ge=0, description="torch intra-op threads (0: torch's default).")
     keep_weight_versions: int = Field(3, ge=1, description="Published versions kept in the store.")
     port_file: str = Field("", description="If set, the bound port is written here once serving.")
+    max_concurrent_rpcs: int = Field(
+        32,
+        ge=2,
+        le=1024,
+        description=(
+            "Admission control: RPCs in flight before more are answered RESOURCE_EXHAUSTED. Every "
+            "open WatchRun stream holds one for the life of the run, and the learner has one "
+            "handler thread per slot, so a control RPC (StopRun, Checkpoint) is either answered "
+            "or refused at once, never queued behind watchers (docs/reliability.md)."
+        ),
+    )
     read_roots: list[str] = Field(
         default_factory=lambda: ["."],
         description=(

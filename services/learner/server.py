@@ -162,7 +162,15 @@ def serve(config: LearnerServiceConfig) -> None:
         torch.set_num_threads(config.torch_threads)
     redis_client = q.connect(config.redis_url)
     redis_client.ping()
-    server = rpc.Server(config.bind, [SERVICE_NAME], security=config.security)
+    # One handler thread per admitted RPC: long-lived WatchRun streams must not leave an admitted
+    # StopRun waiting for a thread.
+    server = rpc.Server(
+        config.bind,
+        [SERVICE_NAME],
+        max_workers=config.max_concurrent_rpcs,
+        security=config.security,
+        max_concurrent_rpcs=config.max_concurrent_rpcs,
+    )
     learner_pb2_grpc.add_LearnerServiceServicer_to_server(
         LearnerServicer(config, redis_client), server.grpc
     )

@@ -364,6 +364,16 @@ class RewardServiceConfig(StrictModel):
         4096, ge=1, description="Largest ScoreBatch accepted; more is RESOURCE_EXHAUSTED."
     )
     workers: int = Field(8, ge=1, le=256, description="gRPC handler threads.")
+    max_concurrent_rpcs: int = Field(
+        64,
+        ge=1,
+        le=100_000,
+        description=(
+            "Admission control: RPCs in flight (running or waiting for one of `workers`, health "
+            "checks included) before more are answered RESOURCE_EXHAUSTED at once "
+            "(docs/reliability.md)."
+        ),
+    )
     port_file: str = Field("", description="If set, the bound port is written here once serving.")
     security: InferenceSecurityConfig = Field(
         default_factory=InferenceSecurityConfig,

@@ -89,7 +89,11 @@ class RewardServer(rpc.Server):
 def build_server(config: RewardServiceConfig, registry: Registry | None = None) -> RewardServer:
     registry = registry if registry is not None else build_registry(config)
     server = RewardServer(
-        config.bind, [SERVICE_NAME], max_workers=config.workers, security=config.security
+        config.bind,
+        [SERVICE_NAME],
+        max_workers=config.workers,
+        security=config.security,
+        max_concurrent_rpcs=config.max_concurrent_rpcs,
     )
     server.registry = registry
     servicer = RewardServicer(registry, config.max_batch)

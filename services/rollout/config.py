@@ -62,6 +62,16 @@ class RolloutServiceConfig(StrictModel):
         True, description="Consume prompt jobs from Redis (off: serve Generate only)."
     )
     max_n: int = Field(1024, ge=1, description="Largest n accepted by Generate.")
+    max_concurrent_rpcs: int = Field(
+        64,
+        ge=1,
+        le=100_000,
+        description=(
+            "Admission control: RPCs in flight (an open GenerateStream and health checks count) "
+            "before more are answered RESOURCE_EXHAUSTED at once; Generate calls take the engine "
+            "one at a time, so the rest wait within this bound (docs/reliability.md)."
+        ),
+    )
     claim_idle_ms: int = Field(
         30_000,
         ge=100,

@@ -3,8 +3,13 @@ vLLM). What the request's fields mean for the engine is ``brorl.sampling``'s to 
 
 from __future__ import annotations
 
+import math
+
 from brorl.errors import InvalidArgument
 from brorl.v1 import common_pb2
+
+MAX_STOP_STRINGS = 32
+MAX_STOP_CHARS = 256
 
 
 def validate_sampling(s: common_pb2.SamplingParams, max_n: int, field: str = "sampling") -> None:
@@ -12,8 +17,12 @@ def validate_sampling(s: common_pb2.SamplingParams, max_n: int, field: str = "sa
         raise InvalidArgument(f"{field}.n", f"must be at least 1, got {s.n}")
     if s.n > max_n:
         raise InvalidArgument(f"{field}.n", f"{s.n} exceeds this service's maximum of {max_n}")
-    if s.temperature < 0:
-        raise InvalidArgument(f"{field}.temperature", f"must be >= 0, got {s.temperature}")
+    # NaN passes every comparison below, and a NaN or infinite temperature turns the engine's
+    # logits into NaN: refuse it here rather than let it reach vLLM.
+    if not math.isfinite(s.temperature) or s.temperature < 0:
+        raise InvalidArgument(
+            f"{field}.temperature", f"must be a finite number >= 0, got {s.temperature}"
+        )
     if s.temperature == 0 and s.n > 1:
         raise InvalidArgument(
             f"{field}.temperature",
@@ -27,6 +36,16 @@ def validate_sampling(s: common_pb2.SamplingParams, max_n: int, field: str = "sa
         )
     if s.max_tokens < 0:
         raise InvalidArgument(f"{field}.max_tokens", f"must be positive, got {s.max_tokens}")
+    # Every path echoes its SamplingParams, so stop strings are multiplied by n in the answer:
+    # unbounded, 1024 paths of one 100 kB stop string exceed any client's message limit.
+    if len(s.stop) > MAX_STOP_STRINGS:
+        raise InvalidArgument(
+            f"{field}.stop", f"{len(s.stop)} stop strings; at most {MAX_STOP_STRINGS} are accepted"
+        )
+    if any(len(stop) > MAX_STOP_CHARS for stop in s.stop):
+        raise InvalidArgument(
+            f"{field}.stop", f"a stop string is longer than {MAX_STOP_CHARS} characters"
+        )
 
 
 def to_paths(

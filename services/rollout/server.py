@@ -107,7 +107,12 @@ def build_engine(config: RolloutServiceConfig):
 
 
 def serve(config: RolloutServiceConfig, engine=None) -> None:
-    server = rpc.Server(config.bind, [SERVICE_NAME], security=config.security)
+    server = rpc.Server(
+        config.bind,
+        [SERVICE_NAME],
+        security=config.security,
+        max_concurrent_rpcs=config.max_concurrent_rpcs,
+    )
     stats = WorkerStats()
     lock = threading.Lock()
     servicer = RolloutServicer(None, lock, config, stats)
