@@ -60,7 +60,8 @@ def run_demo(args) -> int:
     print(f"   warm-start held-out greedy accuracy: {before:.1%} ({cfg.eval_problems} problems)")
 
     run_cfg = recipe.build_run_config(cfg, inputs)
-    print(f"== 2/4 starting the local cluster: reward, {cfg.workers} rollout workers, learner")
+    workers = f"{cfg.workers} rollout worker{'s' if cfg.workers != 1 else ''}"
+    print(f"== 2/4 starting the local cluster: reward, {workers}, learner")
     spec = recipe.cluster_spec(
         cfg,
         inputs,
@@ -72,8 +73,9 @@ def run_demo(args) -> int:
         namespace=f"demo-{os.getpid()}",
     )
     run_id = time.strftime("demo-%Y%m%d-%H%M%S")
+    launched = time.time()
     with Cluster(spec) as cluster:
-        print(f"   ready after {time.time() - started:.0f}s; logs in {cluster.logs}")
+        print(f"   cluster ready in {time.time() - launched:.0f}s; logs in {cluster.logs}")
         print(f"== 3/4 RL: {run_cfg.train.steps} steps, N={run_cfg.sampling.n} paths per prompt")
         client = LearnerClient(cluster.learner_address)
         info = client.start(recipe.run_config_yaml(run_cfg), run_id=run_id)
