@@ -14,6 +14,11 @@ current RSS), runs the computation once, and reports extra = VmHWM - baseline. M
 * ``forward_backward``: forward with autograd, then backward into ``logits.grad``
   (a training step; the (B, T, V) gradient itself is part of both paths' peak).
 
+``--truncated``: the same comparison for the learner's log-probs under top-k / top-p (default
+the run config's 40 / 0.95): naive = what the learner did before, the (B, T, V) mask of
+``truncate_logits_reference`` then ``token_logprobs_entropy``; chunked =
+``truncated_logprobs_entropy`` (cut-offs and log-probs R positions at a time).
+
 Time is the best of ``--repeats`` runs in the same process (wall and user+sys CPU seconds;
 the first run, which also pays the page faults of fresh allocations, is reported apart).
 On a shared machine wall times are noisy; CPU time is less so. The outputs of the two paths
@@ -49,13 +54,37 @@ def _status_kib(field: str) -> int:
     raise RuntimeError(f"{field} missing from /proc/self/status")
 
 
-def _worker(path: str, mode: str, B: int, T: int, V: int, temperature: float, repeats: int) -> dict:
+def _truncated_fns(B: int, temperature: float, top_k: int, top_p: float):
+    """(naive, chunked) log-prob functions under a top-k / top-p cut-off, (logits, ids, _)."""
+    import torch
+
+    from kernels import token_logprobs_entropy, truncate_logits_reference
+    from kernels import truncated_logprobs_entropy
+
+    temps = torch.full((B,), temperature)
+    ks, ps = torch.full((B,), top_k), torch.full((B,), top_p)
+
+    def naive(logits, ids, _):  # the learner's path before kernels.truncated_logprobs
+        scaled = truncate_logits_reference(logits / temps[:, None, None], ks, ps, ids)
+        return token_logprobs_entropy(scaled, ids, temperature=1.0)
+
+    def chunked(logits, ids, _):
+        return truncated_logprobs_entropy(logits, ids, temps, ks, ps)
+
+    return naive, chunked
+
+
+def _worker(path: str, mode: str, B: int, T: int, V: int, args: argparse.Namespace) -> dict:
     import torch
 
     from kernels import token_logprobs_entropy, token_logprobs_entropy_reference
 
     os.environ["BRORL_TRITON"] = "0"  # the CPU path, even if someone exported BRORL_TRITON=1
+    temperature, repeats = args.temperature, args.repeats
     fn = token_logprobs_entropy if path == "chunked" else token_logprobs_entropy_reference
+    if args.truncated:
+        naive, chunked = _truncated_fns(B, temperature, args.top_k, args.top_p)
+        fn = chunked if path == "chunked" else naive
     train = mode == "forward_backward"
     g = torch.Generator().manual_seed(0)
     logits = torch.randn(B, T, V, generator=g).requires_grad_(train)  # (B, T, V)
@@ -131,7 +160,11 @@ def _spawn(path: str, mode: str, args: argparse.Namespace) -> dict:
         str(args.temperature),
         "--repeats",
         str(args.repeats),
-    ]
+        "--top-k",
+        str(args.top_k),
+        "--top-p",
+        str(args.top_p),
+    ] + (["--truncated"] if args.truncated else [])
     env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
     proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True)
     if proc.returncode != 0:
@@ -150,17 +183,21 @@ def main() -> None:
     ap.add_argument("--vocab", type=int, default=151_936)
     ap.add_argument("--temperature", type=float, default=1.0)
     ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--truncated", action="store_true", help="log-probs under top-k / top-p")
+    ap.add_argument("--top-k", type=int, default=40, help="with --truncated; -1: off")
+    ap.add_argument("--top-p", type=float, default=0.95, help="with --truncated; 1: off")
     ap.add_argument("--worker", nargs=2, metavar=("PATH", "MODE"), help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.bt % args.batch:
         ap.error("--bt must be a multiple of --batch")
     B, T, V = args.batch, args.bt // args.batch, args.vocab
     if args.worker:
-        print(json.dumps(_worker(*args.worker, B, T, V, args.temperature, args.repeats)))
+        print(json.dumps(_worker(*args.worker, B, T, V, args)))
         return
 
+    op = "truncated_logprobs_entropy" if args.truncated else "token_logprobs_entropy"
     result: dict = {
-        "bench": "kernels.token_logprobs_entropy (CPU)",
+        "bench": f"kernels.{op} (CPU)",
         "shape": {"B": B, "T": T, "B_T": B * T, "V": V},
         "dtype": "float32",
         "temperature": args.temperature,
@@ -168,6 +205,8 @@ def main() -> None:
         "method": "fresh process per path/mode; extra = VmHWM - RSS after allocating logits "
         "(peak reset via /proc/self/clear_refs); time = best of repeats",
     }
+    if args.truncated:
+        result.update(top_k=args.top_k, top_p=args.top_p)
     ok = True
     for mode in ("forward", "forward_backward"):
         naive, chunked = _spawn("naive", mode, args), _spawn("chunked", mode, args)

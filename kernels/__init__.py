@@ -6,9 +6,14 @@ needs ``TRITON_INTERPRET=1``) and to a memory-lean PyTorch path otherwise; each 
 """
 
 from kernels.advantages import group_advantages, group_advantages_reference
+from kernels.cutoffs import truncate_logits_reference
 from kernels.dispatch import use_triton
 from kernels.logprobs import token_logprobs_entropy, token_logprobs_entropy_reference
 from kernels.policy_loss import clipped_policy_loss, clipped_policy_loss_reference
+from kernels.truncated_logprobs import (
+    truncated_logprobs_entropy,
+    truncated_logprobs_entropy_reference,
+)
 
 __all__ = [
     "clipped_policy_loss",
@@ -17,5 +22,8 @@ __all__ = [
     "group_advantages_reference",
     "token_logprobs_entropy",
     "token_logprobs_entropy_reference",
+    "truncate_logits_reference",
+    "truncated_logprobs_entropy",
+    "truncated_logprobs_entropy_reference",
     "use_triton",
 ]

@@ -1,48 +1,14 @@
 """The policy loss of one micro-batch: log-probs under the current weights at the sampling
-temperature (kernels.token_logprobs_entropy), then the clipped surrogate (kernels)."""
+temperature and cut-offs (kernels.token_logprobs_entropy, kernels.truncated_logprobs_entropy),
+then the clipped surrogate (kernels)."""
 
 from __future__ import annotations
 
 import torch
 
-from kernels import clipped_policy_loss, token_logprobs_entropy
+from kernels import clipped_policy_loss, token_logprobs_entropy, truncated_logprobs_entropy
 from services.learner.batch import Batch
 from services.learner.forward import completion_logits
-
-
-# Masked logits are set to this finite value rather than -inf: softmax gives them exactly 0 in
-# fp32 and the entropy term p*log p stays 0 instead of NaN.
-MASKED = -1e9
-
-
-def truncate_logits(
-    scaled: torch.Tensor,
-    top_k: torch.Tensor,
-    top_p: torch.Tensor,
-    targets: torch.Tensor | None = None,
-) -> torch.Tensor:
-    """Apply each row's top-k / top-p cut-off to temperature-scaled logits (B, T, V), as the
-    sampler did, so the learner's log-probs are of the distribution the paths came from."""
-    V = scaled.shape[-1]
-    keep = torch.ones_like(scaled, dtype=torch.bool)
-    if bool((top_k > 0).any()):
-        k = torch.where(top_k > 0, top_k.clamp(max=V), torch.full_like(top_k, V))  # (B,)
-        kth = scaled.topk(int(k.max()), dim=-1).values  # (B, T, kmax)
-        threshold = kth.gather(
-            -1, (k - 1)[:, None, None].expand(-1, scaled.shape[1], 1)
-        )  # (B, T, 1)
-        keep &= scaled >= threshold
-    if bool((top_p < 1).any()):
-        masked = scaled.masked_fill(~keep, MASKED)
-        probs, order = masked.softmax(-1).sort(-1, descending=True)  # (B, T, V)
-        # keep a token while the mass ranked strictly above it is below top_p
-        above = probs.cumsum(-1) - probs
-        keep_sorted = above < top_p[:, None, None]
-        keep &= torch.zeros_like(keep).scatter(-1, order, keep_sorted)
-    if targets is not None:
-        # the sampled token was inside the sampler's cut-off; rounding at the edge must not mask it
-        keep.scatter_(-1, targets.unsqueeze(-1), True)
-    return scaled.masked_fill(~keep, MASKED)
 
 
 def token_logprobs(model, batch: Batch) -> tuple[torch.Tensor, torch.Tensor]:
@@ -51,11 +17,11 @@ def token_logprobs(model, batch: Batch) -> tuple[torch.Tensor, torch.Tensor]:
     logits = completion_logits(model, batch)  # (B, T, V)
     temps = batch.temperature
     truncated = bool((batch.top_k > 0).any() or (batch.top_p < 1).any())
-    if not truncated and bool((temps == temps[0]).all()):
+    if truncated:  # chunked over positions: no (B, T, V) temporaries (kernels.cutoffs: the rule)
+        return truncated_logprobs_entropy(logits, batch.targets, temps, batch.top_k, batch.top_p)
+    if bool((temps == temps[0]).all()):
         return token_logprobs_entropy(logits, batch.targets, temperature=float(temps[0]))
     scaled = logits / temps[:, None, None]
-    if truncated:
-        scaled = truncate_logits(scaled, batch.top_k, batch.top_p, batch.targets)
     return token_logprobs_entropy(scaled, batch.targets, temperature=1.0)
 
 

@@ -2,9 +2,9 @@ import pytest
 import torch
 
 from brorl.v1 import common_pb2
+from kernels import truncate_logits_reference as truncate_logits
 from services.learner.assembly import GroupAssembler
 from services.learner.batch import advantages_of, build_batches
-from services.learner.losses import truncate_logits
 
 
 def group(
@@ -142,3 +142,36 @@ def test_learner_logprobs_use_each_paths_temperature_and_cutoff():
         want = torch.log_softmax(scaled, -1).gather(-1, batch.targets[row, :, None]).squeeze(-1)
         assert torch.allclose(logp[row], want, atol=1e-5)
     assert not torch.allclose(logp[0], logp[1], atol=1e-2)
+
+
+def test_truncated_learner_logprobs_match_the_reference_and_its_gradients():
+    """With top-k / top-p the learner takes the chunked truncated path (kernels); its log-probs,
+    entropies and parameter gradients equal the plain float64 reference's."""
+    from kernels import truncated_logprobs_entropy_reference
+    from services.learner.forward import completion_logits_reference
+    from services.learner.losses import token_logprobs
+    from tests.unit.services.learner.tiny_model import tiny_qwen2
+
+    g = group("a", [1, 2], [[3, 4, 5], [6, 7], [8, 9, 10, 2]], [1.0, 0.0, 1.0])
+    settings = [(0.5, 4, 1.0), (1.5, -1, 0.6), (0.8, 7, 0.9)]  # temperature, top_k, top_p
+    for path, (temp, k, p) in zip(g.paths, settings):
+        path.sampling.temperature, path.sampling.top_k, path.sampling.top_p = temp, k, p
+    [batch] = build_batches([g], advantages_of([g], normalize_std=False), pad_id=0, max_paths=8)
+    mask = batch.loss_mask
+    grads = []
+    for ours in (True, False):
+        model = tiny_qwen2(vocab=11, seed=4)
+        if ours:
+            logp, ent = token_logprobs(model, batch)
+        else:
+            logits = completion_logits_reference(model, batch).double()
+            logp, ent = truncated_logprobs_entropy_reference(
+                logits, batch.targets, batch.temperature, batch.top_k, batch.top_p
+            )
+        ((logp * mask).sum() + 0.1 * (ent * mask).sum()).backward()
+        grads.append(([logp.detach().float(), ent.detach().float()], model))
+    (got, model), (want, ref_model) = grads
+    torch.testing.assert_close(got[0] * mask, want[0] * mask, atol=1e-5, rtol=1e-4)
+    torch.testing.assert_close(got[1] * mask, want[1] * mask, atol=1e-5, rtol=1e-4)
+    for (name, a), b in zip(model.named_parameters(), ref_model.parameters()):
+        torch.testing.assert_close(a.grad, b.grad, atol=1e-5, rtol=1e-4, msg=name)
