@@ -33,6 +33,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from services.rollout.phases import phase_seconds
+
 logger = logging.getLogger(__name__)
 
 # Repository root: the spawned engine processes import ReloadExtension by module path.
@@ -206,27 +208,6 @@ def _prepare_process_env(kv_cache_gib: int, cpu_threads_bind: str = "auto") -> N
         logging.getLogger("vllm").setLevel(logging.WARNING)  # in case vllm is already imported
 
 
-def _phase_seconds(outputs) -> dict[str, float]:
-    """Queue, prefill and decode seconds of one generate() call, from vLLM's per-request
-    engine-core timestamps: queued → scheduled (waiting), scheduled → first token (prefill:
-    the paths of a group are scheduled together, so their prompt passes share that step), first
-    → last token (decode). Over the call's requests: earliest start, latest end. Empty when the
-    engine keeps no stats."""
-    stats = [getattr(o, "metrics", None) for o in outputs]
-    stats = [m for m in stats if m is not None and getattr(m, "first_token_ts", 0.0) > 0]
-    if not stats:
-        return {}
-    queued = min(m.queued_ts for m in stats)
-    scheduled = min(m.scheduled_ts for m in stats)
-    first = max(m.first_token_ts for m in stats)
-    last = max(m.last_token_ts for m in stats)
-    return {
-        "rollout/queue_s": max(scheduled - queued, 0.0),
-        "rollout/prefill_s": max(first - scheduled, 0.0),
-        "rollout/decode_s": max(last - first, 0.0),
-    }
-
-
 class RolloutEngine:
     """A vLLM engine that samples wide groups of paths and reloads weights in place."""
 
@@ -250,7 +231,7 @@ class RolloutEngine:
         self.model_path = str(model_path)
         self.max_model_len = max_model_len
         self.weight_version = 0  # the weights in model_path
-        # engine-side phases of the last generate() call (see _phase_seconds)
+        # engine-side phases of the last generate() call (services.rollout.phases)
         self.last_phases: dict[str, float] = {}
         # Tensor names of the initial checkpoint: a reload must provide all of them (a tied
         # lm_head.weight may be absent). Empty when model_path has no local safetensors.
@@ -346,7 +327,7 @@ class RolloutEngine:
                     )
                 )
             result.append((list(out.prompt_token_ids), samples))
-        self.last_phases = _phase_seconds(outputs)
+        self.last_phases = phase_seconds(outputs)
         return result
 
     def score_continuation(

@@ -90,7 +90,7 @@ def test_a_prompt_the_engine_refuses_comes_back_at_once_as_an_error_group(tmp_pa
 def test_engine_phases_come_from_vllm_request_timestamps():
     from types import SimpleNamespace as NS
 
-    from services.rollout.engine import _phase_seconds
+    from services.rollout.phases import phase_seconds
 
     def out(queued, scheduled, first, last):
         return NS(
@@ -99,6 +99,6 @@ def test_engine_phases_come_from_vllm_request_timestamps():
             )
         )
 
-    phases = _phase_seconds([out(10.0, 10.5, 11.0, 12.0), out(10.2, 10.6, 11.5, 13.0)])
+    phases = phase_seconds([out(10.0, 10.5, 11.0, 12.0), out(10.2, 10.6, 11.5, 13.0)])
     assert phases == {"rollout/queue_s": 0.5, "rollout/prefill_s": 1.0, "rollout/decode_s": 1.5}
-    assert _phase_seconds([NS(metrics=None)]) == {}  # an engine that keeps no stats
+    assert phase_seconds([NS(metrics=None)]) == {}  # an engine that keeps no stats
