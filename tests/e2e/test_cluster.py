@@ -3,7 +3,6 @@ learner as separate processes, and stops every one of them by pid — on Ctrl-C,
 when one of the services dies."""
 
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -14,18 +13,9 @@ import redis
 
 from brorl.apps.launcher import REPO_ROOT
 from brorl.rpc import wait_serving
+from tests.ports import free_ports
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.redis]
-
-
-def free_ports(k: int) -> list[int]:
-    socks = [socket.socket() for _ in range(k)]
-    for s in socks:
-        s.bind(("127.0.0.1", 0))
-    ports = [s.getsockname()[1] for s in socks]
-    for s in socks:
-        s.close()
-    return ports
 
 
 class LaunchedCluster:

@@ -6,7 +6,6 @@ a short run trains end to end, and the `brorl` CLI reaches the learner with --to
 get in at all."""
 
 import json
-import socket
 import subprocess
 import sys
 import uuid
@@ -19,18 +18,9 @@ from brorl.client import LearnerClient, RewardClient, RolloutClient
 from brorl.config import validate
 from brorl.security import SecurityConfig
 from tests.certs import make_tls_files
+from tests.ports import free_ports
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.redis]
-
-
-def free_ports(k: int) -> list[int]:
-    socks = [socket.socket() for _ in range(k)]
-    for s in socks:
-        s.bind(("127.0.0.1", 0))
-    ports = [s.getsockname()[1] for s in socks]
-    for s in socks:
-        s.close()
-    return ports
 
 
 def settings(files, **keys) -> SecurityConfig:

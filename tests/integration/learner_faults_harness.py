@@ -12,7 +12,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -24,21 +23,16 @@ import redis
 from brorl import queue as q
 from brorl.runconfig import RunConfig
 from brorl.v1 import common_pb2
+from tests.ports import free_ports
 
 REPO = Path(__file__).resolve().parents[2]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class PrivateRedis:
     """A redis-server of the test's own on a free port, persisting to an append-only file."""
 
     def __init__(self, workdir: Path):
-        self.dir, self.port = workdir, free_port()
+        self.dir, self.port = workdir, free_ports(1)[0]
         self.url = f"redis://127.0.0.1:{self.port}/0"
         self.proc: subprocess.Popen | None = None
 
