@@ -84,7 +84,13 @@ class SamplingConfig(StrictModel):
         le=1.0,
         description="Nucleus cut-off; 1 disables. The learner applies the same cut-off.",
     )
-    max_tokens: int = Field(16, ge=1, le=32768, description="New tokens per path.")
+    max_tokens: int | None = Field(
+        None,
+        ge=1,
+        le=32768,
+        description="New tokens per path (unset: the model's generation_config max_new_tokens, "
+        "else 16).",
+    )
     stop: list[str] = Field(default_factory=list, description="Stop strings.")
     max_paths_per_job: int = Field(
         0,
@@ -163,13 +169,75 @@ class ExploreConfig(StrictModel):
         return self
 
 
+class FieldMap(StrictModel):
+    prompt: str = Field(
+        "prompt",
+        min_length=1,
+        description="Column of the prompt: a string, or a chat `messages` list of {role, "
+        "content} rendered with the model's chat template.",
+    )
+    reference: str = Field(
+        "reference",
+        min_length=1,
+        description="Column of the ground truth handed to the reward function (missing: empty; "
+        "non-strings JSON-encoded).",
+    )
+    extra: list[str] = Field(
+        default_factory=list,
+        description="Further columns handed to the reward function beside the reference "
+        "(ScoreRequest.extra; non-strings JSON-encoded).",
+    )
+
+
 class DataConfig(StrictModel):
     train_path: str = Field(
-        ..., description='JSONL file of {"prompt": ..., "reference": ...} rows.'
+        ...,
+        description="Prompt data: a JSONL/JSON, Parquet or CSV/TSV file, a directory saved by "
+        "`datasets` (save_to_disk), or a directory of data files of one format.",
+    )
+    format: Literal["auto", "jsonl", "json", "parquet", "csv", "tsv", "hf_dataset"] = Field(
+        "auto", description="How to read the data files ('auto': from the suffix or directory)."
+    )
+    split: str = Field(
+        "train", min_length=1, description="Split of a saved `datasets` DatasetDict to train on."
+    )
+    fields: FieldMap = Field(
+        default_factory=FieldMap, description="Which columns hold the prompt, reference, extras."
+    )
+    chat_template: str = Field(
+        "",
+        description="Jinja chat template for `messages` prompts, overriding the tokenizer's "
+        "own ('': the tokenizer's).",
     )
     shuffle_seed: int = Field(
         0, description="Seed of the prompt order (a new permutation each epoch)."
     )
+    eval_path: str = Field(
+        "", description="Held-out prompts (same formats and fields) for `eval_every`."
+    )
+    eval_split: str = Field(
+        "", description="Held-out prompts from this split of the saved DatasetDict instead."
+    )
+    eval_fraction: float = Field(
+        0.0,
+        ge=0.0,
+        lt=1.0,
+        description="Held-out prompts as this share of the training rows instead (taken out "
+        "of training, chosen by shuffle_seed).",
+    )
+    eval_max_prompts: int = Field(
+        64,
+        ge=1,
+        description="At most this many held-out prompts per evaluation (each is one prompt "
+        "job for the workers).",
+    )
+
+    @model_validator(mode="after")
+    def _one_heldout_source(self):
+        given = [n for n in ("eval_path", "eval_split", "eval_fraction") if getattr(self, n)]
+        if len(given) > 1:
+            raise ValueError(f"set one held-out source, not {' and '.join(given)}")
+        return self
 
 
 class TrainConfig(StrictModel):
@@ -318,6 +386,14 @@ class RunConfig(StrictModel):
         description="Every this many updates, write the step's best, worst and one random path "
         "(prompt, completion, reward) to samples.jsonl in the run directory, for `brorl "
         "report` (0: never).",
+    )
+
+    eval_every: int = Field(
+        0,
+        ge=0,
+        description="Evaluate the held-out prompts (data.eval_*) greedily at the start, every "
+        "this many updates and at the end; logs eval/accuracy and eval/reward_mean (0: only "
+        "at the start and end when held-out prompts are set).",
     )
 
     model_config = StrictModel.model_config | {"populate_by_name": True}

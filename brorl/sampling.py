@@ -162,3 +162,16 @@ def job_parts(sampling_cfg, explore_cfg, step: int) -> list[JobPart]:
         )
         for i, size in enumerate(sizes)
     ]
+
+
+def eval_sampling(sampling_cfg) -> common_pb2.SamplingParams:
+    """A held-out evaluation job's sampling: one greedy path, the run's length and stop strings
+    (``brorl.runconfig.SamplingConfig``)."""
+    return common_pb2.SamplingParams(
+        n=1,
+        temperature=0.0,
+        top_k=TOP_K_OFF,
+        top_p=TOP_P_OFF,
+        max_tokens=sampling_cfg.max_tokens,
+        stop=sampling_cfg.stop,
+    )

@@ -64,7 +64,7 @@ class Path(_message.Message):
     def __init__(self, path_id: _Optional[str] = ..., prompt_id: _Optional[str] = ..., group_id: _Optional[str] = ..., token_ids: _Optional[_Iterable[int]] = ..., logprobs: _Optional[_Iterable[float]] = ..., text: _Optional[str] = ..., finish_reason: _Optional[str] = ..., weight_version: _Optional[int] = ..., sampling: _Optional[_Union[SamplingParams, _Mapping]] = ..., reward: _Optional[float] = ..., reward_components: _Optional[_Mapping[str, float]] = ..., reward_status: _Optional[str] = ..., worker: _Optional[str] = ..., weight: _Optional[float] = ...) -> None: ...
 
 class PathGroup(_message.Message):
-    __slots__ = ("run_id", "group_id", "prompt_id", "prompt", "prompt_token_ids", "reference", "paths", "weight_version", "worker", "generate_seconds", "score_seconds", "part_index", "part_count", "generated", "dropped", "stats", "error")
+    __slots__ = ("run_id", "group_id", "prompt_id", "prompt", "prompt_token_ids", "reference", "paths", "weight_version", "worker", "generate_seconds", "score_seconds", "part_index", "part_count", "generated", "dropped", "stats", "error", "eval", "extra")
     class DroppedEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -79,6 +79,13 @@ class PathGroup(_message.Message):
         key: str
         value: float
         def __init__(self, key: _Optional[str] = ..., value: _Optional[float] = ...) -> None: ...
+    class ExtraEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
     RUN_ID_FIELD_NUMBER: _ClassVar[int]
     GROUP_ID_FIELD_NUMBER: _ClassVar[int]
     PROMPT_ID_FIELD_NUMBER: _ClassVar[int]
@@ -96,6 +103,8 @@ class PathGroup(_message.Message):
     DROPPED_FIELD_NUMBER: _ClassVar[int]
     STATS_FIELD_NUMBER: _ClassVar[int]
     ERROR_FIELD_NUMBER: _ClassVar[int]
+    EVAL_FIELD_NUMBER: _ClassVar[int]
+    EXTRA_FIELD_NUMBER: _ClassVar[int]
     run_id: str
     group_id: str
     prompt_id: str
@@ -113,7 +122,9 @@ class PathGroup(_message.Message):
     dropped: _containers.ScalarMap[str, int]
     stats: _containers.ScalarMap[str, float]
     error: str
-    def __init__(self, run_id: _Optional[str] = ..., group_id: _Optional[str] = ..., prompt_id: _Optional[str] = ..., prompt: _Optional[str] = ..., prompt_token_ids: _Optional[_Iterable[int]] = ..., reference: _Optional[str] = ..., paths: _Optional[_Iterable[_Union[Path, _Mapping]]] = ..., weight_version: _Optional[int] = ..., worker: _Optional[str] = ..., generate_seconds: _Optional[float] = ..., score_seconds: _Optional[float] = ..., part_index: _Optional[int] = ..., part_count: _Optional[int] = ..., generated: _Optional[int] = ..., dropped: _Optional[_Mapping[str, int]] = ..., stats: _Optional[_Mapping[str, float]] = ..., error: _Optional[str] = ...) -> None: ...
+    eval: bool
+    extra: _containers.ScalarMap[str, str]
+    def __init__(self, run_id: _Optional[str] = ..., group_id: _Optional[str] = ..., prompt_id: _Optional[str] = ..., prompt: _Optional[str] = ..., prompt_token_ids: _Optional[_Iterable[int]] = ..., reference: _Optional[str] = ..., paths: _Optional[_Iterable[_Union[Path, _Mapping]]] = ..., weight_version: _Optional[int] = ..., worker: _Optional[str] = ..., generate_seconds: _Optional[float] = ..., score_seconds: _Optional[float] = ..., part_index: _Optional[int] = ..., part_count: _Optional[int] = ..., generated: _Optional[int] = ..., dropped: _Optional[_Mapping[str, int]] = ..., stats: _Optional[_Mapping[str, float]] = ..., error: _Optional[str] = ..., eval: _Optional[bool] = ..., extra: _Optional[_Mapping[str, str]] = ...) -> None: ...
 
 class ExploreParams(_message.Message):
     __slots__ = ("oversample_m", "dedup", "dedup_threshold", "retention", "predictor", "predictor_prefix_tokens", "dedup_method", "embedding_model")
@@ -136,7 +147,14 @@ class ExploreParams(_message.Message):
     def __init__(self, oversample_m: _Optional[int] = ..., dedup: _Optional[str] = ..., dedup_threshold: _Optional[float] = ..., retention: _Optional[float] = ..., predictor: _Optional[str] = ..., predictor_prefix_tokens: _Optional[int] = ..., dedup_method: _Optional[str] = ..., embedding_model: _Optional[str] = ...) -> None: ...
 
 class PromptJob(_message.Message):
-    __slots__ = ("run_id", "job_id", "group_id", "prompt_id", "prompt", "reference", "sampling", "reward_fn", "learner_step", "part_index", "part_count", "path_offset", "explore")
+    __slots__ = ("run_id", "job_id", "group_id", "prompt_id", "prompt", "reference", "sampling", "reward_fn", "learner_step", "part_index", "part_count", "path_offset", "explore", "extra", "eval")
+    class ExtraEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
     RUN_ID_FIELD_NUMBER: _ClassVar[int]
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
     GROUP_ID_FIELD_NUMBER: _ClassVar[int]
@@ -150,6 +168,8 @@ class PromptJob(_message.Message):
     PART_COUNT_FIELD_NUMBER: _ClassVar[int]
     PATH_OFFSET_FIELD_NUMBER: _ClassVar[int]
     EXPLORE_FIELD_NUMBER: _ClassVar[int]
+    EXTRA_FIELD_NUMBER: _ClassVar[int]
+    EVAL_FIELD_NUMBER: _ClassVar[int]
     run_id: str
     job_id: str
     group_id: str
@@ -163,7 +183,9 @@ class PromptJob(_message.Message):
     part_count: int
     path_offset: int
     explore: ExploreParams
-    def __init__(self, run_id: _Optional[str] = ..., job_id: _Optional[str] = ..., group_id: _Optional[str] = ..., prompt_id: _Optional[str] = ..., prompt: _Optional[str] = ..., reference: _Optional[str] = ..., sampling: _Optional[_Union[SamplingParams, _Mapping]] = ..., reward_fn: _Optional[str] = ..., learner_step: _Optional[int] = ..., part_index: _Optional[int] = ..., part_count: _Optional[int] = ..., path_offset: _Optional[int] = ..., explore: _Optional[_Union[ExploreParams, _Mapping]] = ...) -> None: ...
+    extra: _containers.ScalarMap[str, str]
+    eval: bool
+    def __init__(self, run_id: _Optional[str] = ..., job_id: _Optional[str] = ..., group_id: _Optional[str] = ..., prompt_id: _Optional[str] = ..., prompt: _Optional[str] = ..., reference: _Optional[str] = ..., sampling: _Optional[_Union[SamplingParams, _Mapping]] = ..., reward_fn: _Optional[str] = ..., learner_step: _Optional[int] = ..., part_index: _Optional[int] = ..., part_count: _Optional[int] = ..., path_offset: _Optional[int] = ..., explore: _Optional[_Union[ExploreParams, _Mapping]] = ..., extra: _Optional[_Mapping[str, str]] = ..., eval: _Optional[bool] = ...) -> None: ...
 
 class WeightVersion(_message.Message):
     __slots__ = ("version", "uri", "sha256", "kind", "base_version", "created_ms", "bytes")

@@ -24,31 +24,35 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x15\x62rorl/v1/reward.proto\x12\x08\x62rorl.v1\"d\n\x0cScoreRequest\x12\x11\n\treward_fn\x18\x01 \x01(\t\x12\x0e\n\x06prompt\x18\x02 \x01(\t\x12\x12\n\ncompletion\x18\x03 \x01(\t\x12\x11\n\treference\x18\x04 \x01(\t\x12\n\n\x02id\x18\x05 \x01(\t\"\xcb\x01\n\x0bScoreResult\x12\n\n\x02id\x18\x01 \x01(\t\x12\x0e\n\x06reward\x18\x02 \x01(\x02\x12\x39\n\ncomponents\x18\x03 \x03(\x0b\x32%.brorl.v1.ScoreResult.ComponentsEntry\x12\x0e\n\x06status\x18\x04 \x01(\t\x12\x0e\n\x06\x64\x65tail\x18\x05 \x01(\t\x12\x12\n\nlatency_ms\x18\x06 \x01(\x01\x1a\x31\n\x0f\x43omponentsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x02:\x02\x38\x01\"M\n\x11ScoreBatchRequest\x12\x11\n\treward_fn\x18\x01 \x01(\t\x12%\n\x05items\x18\x02 \x03(\x0b\x32\x16.brorl.v1.ScoreRequest\"P\n\x12ScoreBatchResponse\x12&\n\x07results\x18\x01 \x03(\x0b\x32\x15.brorl.v1.ScoreResult\x12\x12\n\nlatency_ms\x18\x02 \x01(\x01\"\x1c\n\x1aListRewardFunctionsRequest\"7\n\x12RewardFunctionInfo\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x13\n\x0b\x64\x65scription\x18\x02 \x01(\t\"N\n\x1bListRewardFunctionsResponse\x12/\n\tfunctions\x18\x01 \x03(\x0b\x32\x1c.brorl.v1.RewardFunctionInfo2\xf4\x01\n\rRewardService\x12\x36\n\x05Score\x12\x16.brorl.v1.ScoreRequest\x1a\x15.brorl.v1.ScoreResult\x12G\n\nScoreBatch\x12\x1b.brorl.v1.ScoreBatchRequest\x1a\x1c.brorl.v1.ScoreBatchResponse\x12\x62\n\x13ListRewardFunctions\x12$.brorl.v1.ListRewardFunctionsRequest\x1a%.brorl.v1.ListRewardFunctionsResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x15\x62rorl/v1/reward.proto\x12\x08\x62rorl.v1\"\xc4\x01\n\x0cScoreRequest\x12\x11\n\treward_fn\x18\x01 \x01(\t\x12\x0e\n\x06prompt\x18\x02 \x01(\t\x12\x12\n\ncompletion\x18\x03 \x01(\t\x12\x11\n\treference\x18\x04 \x01(\t\x12\n\n\x02id\x18\x05 \x01(\t\x12\x30\n\x05\x65xtra\x18\x06 \x03(\x0b\x32!.brorl.v1.ScoreRequest.ExtraEntry\x1a,\n\nExtraEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"\xcb\x01\n\x0bScoreResult\x12\n\n\x02id\x18\x01 \x01(\t\x12\x0e\n\x06reward\x18\x02 \x01(\x02\x12\x39\n\ncomponents\x18\x03 \x03(\x0b\x32%.brorl.v1.ScoreResult.ComponentsEntry\x12\x0e\n\x06status\x18\x04 \x01(\t\x12\x0e\n\x06\x64\x65tail\x18\x05 \x01(\t\x12\x12\n\nlatency_ms\x18\x06 \x01(\x01\x1a\x31\n\x0f\x43omponentsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x02:\x02\x38\x01\"M\n\x11ScoreBatchRequest\x12\x11\n\treward_fn\x18\x01 \x01(\t\x12%\n\x05items\x18\x02 \x03(\x0b\x32\x16.brorl.v1.ScoreRequest\"P\n\x12ScoreBatchResponse\x12&\n\x07results\x18\x01 \x03(\x0b\x32\x15.brorl.v1.ScoreResult\x12\x12\n\nlatency_ms\x18\x02 \x01(\x01\"\x1c\n\x1aListRewardFunctionsRequest\"7\n\x12RewardFunctionInfo\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x13\n\x0b\x64\x65scription\x18\x02 \x01(\t\"N\n\x1bListRewardFunctionsResponse\x12/\n\tfunctions\x18\x01 \x03(\x0b\x32\x1c.brorl.v1.RewardFunctionInfo2\xf4\x01\n\rRewardService\x12\x36\n\x05Score\x12\x16.brorl.v1.ScoreRequest\x1a\x15.brorl.v1.ScoreResult\x12G\n\nScoreBatch\x12\x1b.brorl.v1.ScoreBatchRequest\x1a\x1c.brorl.v1.ScoreBatchResponse\x12\x62\n\x13ListRewardFunctions\x12$.brorl.v1.ListRewardFunctionsRequest\x1a%.brorl.v1.ListRewardFunctionsResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'brorl.v1.reward_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
+  _globals['_SCOREREQUEST_EXTRAENTRY']._loaded_options = None
+  _globals['_SCOREREQUEST_EXTRAENTRY']._serialized_options = b'8\001'
   _globals['_SCORERESULT_COMPONENTSENTRY']._loaded_options = None
   _globals['_SCORERESULT_COMPONENTSENTRY']._serialized_options = b'8\001'
-  _globals['_SCOREREQUEST']._serialized_start=35
-  _globals['_SCOREREQUEST']._serialized_end=135
-  _globals['_SCORERESULT']._serialized_start=138
-  _globals['_SCORERESULT']._serialized_end=341
-  _globals['_SCORERESULT_COMPONENTSENTRY']._serialized_start=292
-  _globals['_SCORERESULT_COMPONENTSENTRY']._serialized_end=341
-  _globals['_SCOREBATCHREQUEST']._serialized_start=343
-  _globals['_SCOREBATCHREQUEST']._serialized_end=420
-  _globals['_SCOREBATCHRESPONSE']._serialized_start=422
-  _globals['_SCOREBATCHRESPONSE']._serialized_end=502
-  _globals['_LISTREWARDFUNCTIONSREQUEST']._serialized_start=504
-  _globals['_LISTREWARDFUNCTIONSREQUEST']._serialized_end=532
-  _globals['_REWARDFUNCTIONINFO']._serialized_start=534
-  _globals['_REWARDFUNCTIONINFO']._serialized_end=589
-  _globals['_LISTREWARDFUNCTIONSRESPONSE']._serialized_start=591
-  _globals['_LISTREWARDFUNCTIONSRESPONSE']._serialized_end=669
-  _globals['_REWARDSERVICE']._serialized_start=672
-  _globals['_REWARDSERVICE']._serialized_end=916
+  _globals['_SCOREREQUEST']._serialized_start=36
+  _globals['_SCOREREQUEST']._serialized_end=232
+  _globals['_SCOREREQUEST_EXTRAENTRY']._serialized_start=188
+  _globals['_SCOREREQUEST_EXTRAENTRY']._serialized_end=232
+  _globals['_SCORERESULT']._serialized_start=235
+  _globals['_SCORERESULT']._serialized_end=438
+  _globals['_SCORERESULT_COMPONENTSENTRY']._serialized_start=389
+  _globals['_SCORERESULT_COMPONENTSENTRY']._serialized_end=438
+  _globals['_SCOREBATCHREQUEST']._serialized_start=440
+  _globals['_SCOREBATCHREQUEST']._serialized_end=517
+  _globals['_SCOREBATCHRESPONSE']._serialized_start=519
+  _globals['_SCOREBATCHRESPONSE']._serialized_end=599
+  _globals['_LISTREWARDFUNCTIONSREQUEST']._serialized_start=601
+  _globals['_LISTREWARDFUNCTIONSREQUEST']._serialized_end=629
+  _globals['_REWARDFUNCTIONINFO']._serialized_start=631
+  _globals['_REWARDFUNCTIONINFO']._serialized_end=686
+  _globals['_LISTREWARDFUNCTIONSRESPONSE']._serialized_start=688
+  _globals['_LISTREWARDFUNCTIONSRESPONSE']._serialized_end=766
+  _globals['_REWARDSERVICE']._serialized_start=769
+  _globals['_REWARDSERVICE']._serialized_end=1013
 # @@protoc_insertion_point(module_scope)

@@ -56,6 +56,9 @@ class DeadLetterWatch:
                 log.warning("re-sent dead-lettered job %s (%s)", job.job_id, letter.reason)
                 continue
             self.counts["given_up"] += 1
+            if job.eval:  # its evaluation round closes without it (services.learner.evaluation)
+                log.error("gave up evaluation job %s: %s", job.job_id, letter.reason)
+                continue
             lost.append(LostPart(job.group_id, job.part_index, job.part_count, letter.reason))
             log.error("gave up job %s of group %s: %s", job.job_id, job.group_id, letter.reason)
         return lost

@@ -10,7 +10,8 @@ sampled more than ``max_staleness`` versions ago is dropped; a group whose rewar
 equal carries no signal (every advantage is 0) and is skipped — after
 ``max_degenerate_streak`` of those in a row the run fails with a message. A group whose every
 job was given up is ``lost``. Entries of used groups are acked by the caller once the update
-that used them is done; everything else is acked here.
+that used them is done; everything else is acked here. Held-out evaluation groups (``eval`` set)
+are none of the step's: they are acked and handed to ``on_eval`` as they come.
 """
 
 from __future__ import annotations
@@ -92,9 +93,10 @@ class GroupIntake:
         rules: AsyncConfig,
         on_consumed: Callable[[], None] = lambda: None,
         lost_parts: Callable[[], list] = lambda: [],
+        on_eval: Callable[[common_pb2.PathGroup], None] = lambda group: None,
     ):
         self.queue, self.rules, self.on_consumed = queue, rules, on_consumed
-        self.lost_parts = lost_parts
+        self.lost_parts, self.on_eval = lost_parts, on_eval
         self.assembler = GroupAssembler()
         self.seen = SeenGroups()
         self.consumed = 0
@@ -151,15 +153,40 @@ class GroupIntake:
             finished = self._take_delivery(d, version, intake) or finished
         return self._settle_missing(version, intake) or finished
 
+    def drain_eval(self, done: Callable[[], bool], timeout_s: float, stop: threading.Event) -> None:
+        """At the end of a run: read until ``done()`` (the evaluation rounds are complete), the
+        timeout, or ``stop``. Training groups read meanwhile stay un-acked; the run's keys
+        expire with them."""
+        deadline = time.monotonic() + timeout_s
+        while not done() and not stop.is_set() and time.monotonic() < deadline:
+            try:
+                for d in self.queue.read(count=16, block_ms=500):
+                    part = self._decode(d)
+                    if part is not None and part.eval:
+                        self.ack([d.entry_id])
+                        self.on_eval(part)
+            except REDIS_DOWN as exc:
+                log.warning("Redis down while reading evaluation groups (%s); retrying", exc)
+                stop.wait(1.0)
+
     def ack(self, entries: list[str]) -> None:
         for entry in entries:
             self.queue.ack_and_delete(entry)
 
-    def _take_delivery(self, d, version: int, intake: Intake) -> bool:
+    def _decode(self, d) -> common_pb2.PathGroup | None:
         try:
-            part = common_pb2.PathGroup.FromString(d.data)
+            return common_pb2.PathGroup.FromString(d.data)
         except DecodeError as exc:
             self.queue.dead_letter(d.entry_id, d.data, f"not a PathGroup: {exc}")
+            return None
+
+    def _take_delivery(self, d, version: int, intake: Intake) -> bool:
+        part = self._decode(d)
+        if part is None:
+            return False
+        if part.eval:
+            self.ack([d.entry_id])
+            self.on_eval(part)
             return False
         return self._take(part, d.entry_id, version, intake)
 

@@ -38,6 +38,7 @@ class JobFeed:
                 prompt_id=f"p{index}",
                 prompt=prompt.text,
                 reference=prompt.reference,
+                extra=prompt.extra,
                 reward_fn=self.cfg.reward_fn,
                 learner_step=step,
                 part_index=part.index,

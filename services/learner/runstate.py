@@ -34,11 +34,14 @@ class RunState:
         event: str = "",
         message: str = "",
         extra: dict | None = None,
+        step: int | None = None,
     ) -> None:
-        """Record metrics; ``extra`` (e.g. the group ids of a step) goes to metrics.jsonl only."""
+        """Record metrics; ``extra`` (e.g. the group ids of a step) goes to metrics.jsonl only;
+        ``step`` (default: the current one) is the step the values belong to."""
+        step = self.step if step is None else step
         metric = common_pb2.Metric(
             run_id=self.run_id,
-            step=self.step,
+            step=step,
             time=time.time(),
             values={k: float(v) for k, v in values.items()},
             event=event,
@@ -47,7 +50,7 @@ class RunState:
         self._file.write(
             json.dumps(
                 {
-                    "step": self.step,
+                    "step": step,
                     "time": metric.time,
                     "event": event,
                     "message": message,

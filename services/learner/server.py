@@ -24,7 +24,7 @@ from brorl.runconfig import parse_run_config
 from brorl.v1 import learner_pb2, learner_pb2_grpc
 from brorl.weights import WeightStore
 from services.learner.config import LearnerServiceConfig
-from services.learner.prompts import load_prompts
+from services.learner.prompts import load_run_prompts
 from services.learner.read_roots import ReadRoots
 from services.learner.runstate import RunState
 from services.learner.train import Trainer
@@ -74,7 +74,9 @@ class LearnerServicer(learner_pb2_grpc.LearnerServiceServicer):
         self.read_roots.confine(cfg)  # before anything looks at the files
         if not Path(cfg.model).is_dir():
             raise InvalidArgument("model", f"directory {cfg.model} does not exist")
-        load_prompts(cfg.data.train_path)  # bad data is the caller's error: report it now
+        # Bad data is the caller's error: report it now (this also fills the model's defaults
+        # into cfg, so config.yaml records them).
+        prompts = load_run_prompts(cfg)
         run_id = request.run_id or time.strftime("run-%Y%m%d-%H%M%S-") + uuid.uuid4().hex[:6]
         if not _RUN_ID.match(run_id):
             raise InvalidArgument("run_id", "use 1-64 letters, digits, '.', '_' or '-'")
@@ -104,6 +106,7 @@ class LearnerServicer(learner_pb2_grpc.LearnerServiceServicer):
                 functools.partial(self._build_policy, cfg),
                 keep_versions=self.config.keep_weight_versions,
                 resume=request.resume,
+                prompts=prompts,
             )
             thread = threading.Thread(
                 target=self._train, args=(trainer, state), name=f"train-{run_id}", daemon=True

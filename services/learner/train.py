@@ -30,9 +30,10 @@ from brorl.queue import RunChannels, RunRegistry, retry_while_down
 from brorl.runconfig import RunConfig
 from brorl.weights import WeightStore
 from services.learner.dead_letters import DeadLetterWatch
+from services.learner.evaluation import HeldoutEval
 from services.learner.intake import GroupIntake
 from services.learner.jobfeed import JobFeed
-from services.learner.prompts import load_prompts
+from services.learner.prompts import RunPrompts, load_run_prompts
 from services.learner.publish import publish_version
 from services.learner.runstate import RunState
 from services.learner.samples_log import write_samples
@@ -55,16 +56,23 @@ class Trainer:
         *,
         keep_versions: int = 3,
         resume: bool = False,
+        prompts: RunPrompts | None = None,
     ):
         self.run_id, self.cfg, self.state, self.channels = run_id, cfg, state, channels
         self.registry, self.store, self.build_policy = registry, store, build_policy
         self.keep_versions, self.resume = keep_versions, resume
-        self.feed = JobFeed(
+        self.data = prompts or load_run_prompts(cfg)
+        epoch = uuid.uuid4().hex[:8]
+        jobs = channels.prompt_queue("rollout")
+        self.feed = JobFeed(run_id, cfg, self.data.train, jobs, epoch=epoch)
+        self.heldout = HeldoutEval(
             run_id,
             cfg,
-            load_prompts(cfg.data.train_path),
-            channels.prompt_queue("rollout"),
-            epoch=uuid.uuid4().hex[:8],
+            self.data.heldout,
+            jobs,
+            epoch,
+            emit=lambda step, values: state.emit(values, event="eval", step=step),
+            timeout_s=cfg.asynchrony.group_timeout_s,
         )
         self.ckpt_dir = state.run_dir / "checkpoints"
         self.counters = RunCounters()
@@ -94,6 +102,7 @@ class Trainer:
             if self.cfg.checkpoint_every and self.step % self.cfg.checkpoint_every == 0:
                 self.checkpoint()
             self._serve_checkpoint_request()
+            self._evaluate()
             metrics = step_metrics(intake, update, self.counters)
             t3 = time.perf_counter()
             metrics.update(
@@ -126,6 +135,12 @@ class Trainer:
             )
         return True
 
+    def _evaluate(self) -> None:
+        """Start the held-out round due at this step; close rounds that waited too long."""
+        if self.heldout.due(self.step):
+            self._redis(lambda: self.heldout.start(self.step), "sending evaluation jobs")
+        self.heldout.poll()
+
     def _redis(self, fn, what: str):
         return retry_while_down(fn, self.cfg.asynchrony.redis_outage_s, what)
 
@@ -139,6 +154,7 @@ class Trainer:
             asynchrony,
             on_consumed=lambda: self.feed.top_up(self.intake.consumed, self.step),
             lost_parts=dead.poll,
+            on_eval=self.heldout.take,
         )
         if self.resume:
             self._restore()
@@ -148,9 +164,21 @@ class Trainer:
             self.version = -1
             self.publish()
         self._redis(lambda: self.registry.announce(self.run_id), "announcing the run")
-        self.state.emit({"learner/weight_version": self.version}, event="start")
+        data = {
+            "data/train_prompts": len(self.data.train),
+            "data/heldout_prompts": len(self.data.heldout),
+            "data/prompts_too_long": self.data.too_long,
+        }
+        self.state.emit({"learner/weight_version": self.version, **data}, event="start")
+        if not self.resume:
+            self._evaluate()
 
     def finish(self) -> None:
+        stop = self.state.stop_requested
+        if self.heldout.busy and not stop.is_set():  # the last round, sampled by the last version
+            timeout = self.cfg.asynchrony.group_timeout_s
+            self.intake.drain_eval(lambda: not self.heldout.busy, timeout, stop)
+            self.heldout.poll()
         self.checkpoint()
         self.policy.export(self.state.run_dir / "final")
         self._redis(lambda: self.registry.retire(self.run_id), "retiring the run")

@@ -17,6 +17,7 @@ class ScoreItem:
     prompt: str
     completion: str
     reference: str
+    extra: dict[str, str] = field(default_factory=dict)  # data.fields.extra of the prompt
 
 
 @dataclass

@@ -29,7 +29,11 @@ def _result(item_id: str, s: Score) -> reward_pb2.ScoreResult:
 
 def _item(req: reward_pb2.ScoreRequest) -> ScoreItem:
     return ScoreItem(
-        id=req.id, prompt=req.prompt, completion=req.completion, reference=req.reference
+        id=req.id,
+        prompt=req.prompt,
+        completion=req.completion,
+        reference=req.reference,
+        extra=dict(req.extra),
     )
 
 

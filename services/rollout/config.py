@@ -8,7 +8,12 @@ from brorl.security import InferenceSecurityConfig
 
 class EngineConfig(StrictModel):
     dtype: str = Field("float32", description="Model dtype in vLLM.")
-    max_model_len: int = Field(64, ge=8, description="Prompt + completion tokens per path.")
+    max_model_len: int | None = Field(
+        None,
+        ge=8,
+        description="Prompt + completion tokens per path (unset: the model's "
+        "max_position_embeddings, as the learner's prompt check assumes).",
+    )
     max_num_seqs: int = Field(512, ge=1, description="Sequences vLLM batches in one engine step.")
     gpu_memory_utilization: float = Field(
         0.3, gt=0, le=1, description="On CPU: fraction of a NUMA node's RAM vLLM reserves."

@@ -216,7 +216,7 @@ class RolloutEngine:
         model_path: str,
         *,
         dtype: str = "float32",
-        max_model_len: int = 64,
+        max_model_len: int | None = None,  # None: the model config's max_position_embeddings
         seed: int = 0,
         gpu_memory_utilization: float = 0.3,
         kv_cache_gib: int = 1,
@@ -256,6 +256,7 @@ class RolloutEngine:
             disable_log_stats=False,  # per-request timestamps: prefill vs decode seconds
             use_tqdm_on_load=False,
         )
+        self.max_model_len = self._llm.model_config.max_model_len  # as resolved by vLLM
         logger.info(
             "vLLM engine for %s ready in %.1f s", self.model_path, time.perf_counter() - start
         )

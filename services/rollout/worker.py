@@ -188,6 +188,8 @@ class RolloutWorker:
             generated=len(samples),
             dropped=chosen.dropped,
             stats={**chosen.stats, **between, **engine_phases},
+            eval=job.eval,
+            extra=job.extra,
         )
         start = time.perf_counter()
         fresh = channels.publish_group(
@@ -222,6 +224,8 @@ class RolloutWorker:
             part_index=job.part_index,
             part_count=job.part_count,
             error=reason[:1000],
+            eval=job.eval,
+            extra=job.extra,
         )
         channels.publish_group(queue, delivery.entry_id, job.job_id, group.SerializeToString())
         self._free_since = time.perf_counter()
@@ -241,7 +245,11 @@ class RolloutWorker:
             reward_fn=reward_fn,
             items=[
                 reward_pb2.ScoreRequest(
-                    id=str(i), prompt=job.prompt, completion=t, reference=job.reference
+                    id=str(i),
+                    prompt=job.prompt,
+                    completion=t,
+                    reference=job.reference,
+                    extra=job.extra,
                 )
                 for i, t in zip(indices, texts)
             ],
@@ -255,7 +263,11 @@ class RolloutWorker:
             reward_fn=job.reward_fn,
             items=[
                 reward_pb2.ScoreRequest(
-                    id=p.path_id, prompt=job.prompt, completion=p.text, reference=job.reference
+                    id=p.path_id,
+                    prompt=job.prompt,
+                    completion=p.text,
+                    reference=job.reference,
+                    extra=job.extra,
                 )
                 for p in paths
             ],

@@ -147,3 +147,13 @@ def test_rubric_placeholders():
     text = judge.prompt_for(ScoreItem("a", "2+2 {completion}", "4", "4"))
     assert text == 'Q=2+2 {completion} A=4 R=4 0-10 {"json": 1}'
     judge.close()
+
+
+def test_rubric_extra_placeholders_are_the_prompts_data_fields():
+    judge = LLMJudge(
+        "j",
+        JudgeSpec(base_url="http://x/v1", rubric="{completion} | {extra.rubric} | {extra.none}"),
+    )
+    item = ScoreItem("a", "p", "c", "r", extra={"rubric": "cite {prompt}"})
+    assert judge.prompt_for(item) == "c | cite {prompt} | "  # values are not re-scanned
+    judge.close()

@@ -32,7 +32,9 @@ RESPONSE:
 Give a short justification, then end with a final line of the form "SCORE: <number>", where \
 the number is from {min} (worst) to {max} (best)."""
 
-_PLACEHOLDER = re.compile(r"\{(ref_hint|reference_block|min|max|reference|prompt|completion)\}")
+_PLACEHOLDER = re.compile(
+    r"\{(ref_hint|reference_block|min|max|reference|prompt|completion|extra\.[A-Za-z0-9_.-]+)\}"
+)
 _SCORE_LINE = re.compile(r"score\s*[:=]\s*\**\s*(-?\d+(?:\.\d+)?)", re.IGNORECASE)
 _JSON_SCORE = re.compile(r"\"score\"\s*:\s*(-?\d+(?:\.\d+)?)")
 _OUT_OF = re.compile(r"(-?\d+(?:\.\d+)?)\s*(?:/|out of)\s*(\d+(?:\.\d+)?)", re.IGNORECASE)
@@ -75,7 +77,8 @@ class LLMJudge:
 
     def prompt_for(self, item: ScoreItem) -> str:
         """The rubric with its placeholders filled (plain replacement: other braces are left
-        alone)."""
+        alone); ``{extra.NAME}`` is the prompt's extra data field NAME (data.fields.extra; empty
+        when the row has none)."""
         ref = item.reference.strip()
         values = {
             "ref_hint": ", using the REFERENCE answer" if ref else "",
@@ -86,8 +89,9 @@ class LLMJudge:
             "prompt": item.prompt,
             "completion": item.completion,
         }
+        values.update({f"extra.{k}": v for k, v in item.extra.items()})
         return _PLACEHOLDER.sub(
-            lambda m: values[m.group(1)], self.rubric
+            lambda m: values.get(m.group(1), ""), self.rubric
         )  # one pass: values are not re-scanned
 
     def _post(self, body: bytes) -> dict:

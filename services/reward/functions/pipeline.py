@@ -84,7 +84,7 @@ class Pipeline:
                 )
                 continue
             alive.append(i)
-            work.append(ScoreItem(item.id, item.prompt, text, item.reference))
+            work.append(ScoreItem(item.id, item.prompt, text, item.reference, item.extra))
         for gate, minimum in s.gates.items():
             if not alive:
                 break

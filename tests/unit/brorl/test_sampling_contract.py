@@ -17,7 +17,7 @@ from brorl.runconfig import RunConfig
 from brorl.v1 import common_pb2, reward_pb2
 from services.learner.batch import advantages_of, build_batches
 from services.learner.jobfeed import JobFeed
-from services.learner.prompts import Prompt
+from services.learner.prompts import Prompt, resolve_model_defaults
 from services.rollout.worker import RolloutWorker
 from tests.memory_queue import MemoryChannels, MemoryRegistry
 
@@ -82,6 +82,7 @@ def test_learner_and_worker_agree_on_every_sampling_field(tmp_path, name):
     for section, values in SETTINGS[name].items():
         cfg[section] = {**cfg.get(section, {}), **values}
     run_cfg = RunConfig.model_validate(cfg)
+    resolve_model_defaults(run_cfg)  # as StartRun does: unset fields from the model's files
     channels = MemoryChannels("r1")
     JobFeed("r1", run_cfg, [Prompt("1+1=", "2")], channels.prompts, epoch="e0").top_up(
         consumed=0, step=0
@@ -164,6 +165,7 @@ def test_run_config_defaults_survive_the_trip_through_a_job():
     """A field the run config sets to its default must not be read as 'unset' on the far side
     with a different meaning (proto3 zeros)."""
     defaults = RunConfig.model_validate({"model": "m", "data": {"train_path": "x"}})
+    resolve_model_defaults(defaults)
     [part] = sampling.job_parts(defaults.sampling, defaults.explore, step=0)
     e, x = sampling.effective(part.sampling), sampling.effective_explore(part.explore)
     s, ex = defaults.sampling, defaults.explore
@@ -190,3 +192,52 @@ def test_run_config_defaults_survive_the_trip_through_a_job():
         ex.predictor_prefix_tokens,
     )
     assert json.loads(json.dumps(list(e.stop))) == s.stop
+
+
+class RecordingReward(AlternatingReward):
+    def __init__(self):
+        self.requests: list[reward_pb2.ScoreBatchRequest] = []
+
+    def ScoreBatch(self, request, timeout=None):
+        self.requests.append(request)
+        return super().ScoreBatch(request, timeout)
+
+
+def test_extra_fields_reach_the_reward_function_and_eval_jobs_come_back_marked():
+    """JobFeed and HeldoutEval jobs through the real worker: a prompt's extra data fields are in
+    every ScoreRequest and on the group; an evaluation job's group is marked eval."""
+    from services.learner.evaluation import HeldoutEval
+
+    cfg = RunConfig.model_validate(
+        {"model": "m", "data": {"train_path": "x"}, "sampling": {"n": 2}, "eval_every": 1}
+    )
+    resolve_model_defaults(cfg)
+    channels, reward = MemoryChannels("r1"), RecordingReward()
+    extra = {"level": "hard", "tests": '["assert f() == 1"]'}
+    JobFeed("r1", cfg, [Prompt("1+1=", "2", extra)], channels.prompts, epoch="e0").send(0, 0)
+    heldout = HeldoutEval(
+        "r1",
+        cfg,
+        [Prompt("2+2=", "4", {"level": "easy"})],
+        channels.prompts,
+        "e0",
+        emit=lambda step, values: None,
+        timeout_s=5,
+    )
+    heldout.start(0)
+    worker = RolloutWorker(
+        RecordingEngine(),
+        threading.Lock(),
+        MemoryRegistry(),
+        lambda run: channels,
+        reward,
+        run_id="r1",
+    )
+    while channels.prompts.new:
+        [delivery] = channels.prompts.read()
+        worker.process(channels, channels.prompts, delivery)
+    train, held = [common_pb2.PathGroup.FromString(d.data) for d in channels.paths.read(count=9)]
+    assert dict(train.extra) == extra and not train.eval
+    assert dict(held.extra) == {"level": "easy"} and held.eval and len(held.paths) == 1
+    assert [dict(i.extra) for i in reward.requests[0].items] == [extra, extra]
+    assert [dict(i.extra) for i in reward.requests[1].items] == [{"level": "easy"}]

@@ -33,6 +33,8 @@ ROWS = [
     ("through-symlinked-dir", "data.train_path", "{root}/outlink/secret.jsonl", DENIED),
     ("prefix-sibling", "data.train_path", "{root}-evil/data.jsonl", DENIED),
     ("embedding-model", "explore.embedding_model", "/etc", DENIED),
+    ("eval-data", "data.eval_path", "{out}/secret.jsonl", DENIED),
+    ("eval-data-dotdot", "data.eval_path", "{root}/../out/secret.jsonl", DENIED),
     ("nul-byte", "model", "{root}/model\x00x", INVALID),
     # inside: the roots pass it on, and the next check answers
     ("inside-missing-model", "model", "{root}/no-model", INVALID),
@@ -79,9 +81,12 @@ def run_config(tree, field: str, value: str) -> str:
         "model": str(tree["root"] / "model"),
         "data.train_path": str(tree["root"] / "data.jsonl"),
         "explore.embedding_model": "",
+        "data.eval_path": "",
     }
     paths[field] = value.format(**{k: str(v) for k, v in tree.items()})
     cfg = {"model": paths["model"], "data": {"train_path": paths["data.train_path"]}}
+    if paths["data.eval_path"]:
+        cfg["data"]["eval_path"] = paths["data.eval_path"]
     if paths["explore.embedding_model"]:
         cfg["explore"] = {
             "dedup": "keep_one",

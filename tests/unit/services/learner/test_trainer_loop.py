@@ -67,6 +67,7 @@ def fake_rollout(
                 part_index=job.part_index,
                 part_count=job.part_count,
                 generated=len(r),
+                eval=job.eval,
             )
             for i, reward in enumerate(r):
                 group.paths.add(
