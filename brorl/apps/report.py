@@ -27,7 +27,8 @@ SAMPLES = "samples.jsonl"  # services/learner/samples_log.py (apps import no ser
 SUMMARY = "summary.json"  # the demo's before/after evaluation
 END_EVENTS = {"done", "stopped", "failed"}  # RunState.finish
 NOT_A_STEP = {"skipped_step"}  # rows whose update statistics belong to no completed step
-EVAL_PREFIX = "eval/"  # held-out evaluation metrics, when the run evaluates
+EVAL_PREFIX = "eval/"  # held-out evaluation metrics, when the run evaluates (docs/data.md)
+EVAL_SHARES = ("eval/accuracy", "eval/reward_mean")  # the ones on a 0-1 scale, drawn
 _BOOKKEEPING = {"step", "time", "event", "message", "groups"}  # metrics.jsonl keys, not metrics
 
 # title and the metrics drawn (those the run has); held-out accuracy comes second (_charts)
@@ -142,7 +143,7 @@ def load_run(run_dir: Path) -> Run:
 def _accuracy_chart(run: Run) -> str:
     """Held-out accuracy: the run's eval/* metrics, and the demo's before/after evaluation
     (summary.json) as points at the first and last step."""
-    series = {n: run.series(n) for n in sorted(run.names()) if n.startswith(EVAL_PREFIX)}
+    series = {n: run.series(n) for n in sorted(run.names()) if n in EVAL_SHARES}
     before, after = run.summary.get("accuracy_warmstart"), run.summary.get("accuracy_final")
     if _number(before) and _number(after):
         last = float(max(run.steps, default=0))
