@@ -11,6 +11,7 @@ Shapes: b paths in the chunk, P prompt tokens, C = the chunk's longest completio
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 
@@ -60,6 +61,36 @@ def advantages_of(
     """One (G,) advantage tensor per group, by ``train.estimator`` (estimators.py). Groups may
     differ in size; grpo stacks equal sizes into one (P, G) call of the kernel."""
     return estimators.advantages([group_rewards(g) for g in groups], estimator, normalize_std)
+
+
+def rank_share(n_chunks: int, rank: int, world: int) -> list[tuple[int, float]]:
+    """The chunks learner rank ``rank`` of ``world`` runs, as (chunk index, loss scale): chunks
+    rank, rank + world, ...; every rank gets one of the step's chunks in turn.
+
+    Every rank runs the same number of backward passes (ZeRO-2 reduces gradients in each one),
+    so a rank short of one repeats a chunk at scale 0. The scale ``world`` undoes DeepSpeed's
+    mean over ranks: the step's gradient is the sum over all its chunks, as on one rank."""
+    per_rank = math.ceil(n_chunks / world)
+    mine = list(range(rank, n_chunks, world))
+    filler = mine[0] if mine else 0
+    return [(i, float(world)) for i in mine] + [(filler, 0.0)] * (per_rank - len(mine))
+
+
+def at_least_two_positions(chunk: Batch, pad_id: int) -> Batch:
+    """``chunk`` with a masked pad column when its completions are one token long, so the model
+    runs the same two calls on it as on any chunk (forward.py): ZeRO-3 over several ranks
+    gathers parameters call by call, and every rank must make the same calls."""
+    if chunk.targets.shape[1] > 1:
+        return chunk
+    b = len(chunk)
+    pad = torch.full((b, 1), pad_id, dtype=chunk.targets.dtype)
+    zeros = torch.zeros((b, 1), dtype=chunk.loss_mask.dtype)
+    return dataclasses.replace(
+        chunk,
+        targets=torch.cat([chunk.targets, pad], dim=1),  # (b, 2)
+        loss_mask=torch.cat([chunk.loss_mask, zeros], dim=1),
+        sampling_logp=torch.cat([chunk.sampling_logp, zeros.to(chunk.sampling_logp.dtype)], 1),
+    )
 
 
 def max_tokens_of(groups: list[common_pb2.PathGroup]) -> int:

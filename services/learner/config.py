@@ -35,6 +35,19 @@ class LearnerServiceConfig(StrictModel):
         ),
     )
     zero_stage: int = Field(0, ge=0, le=3, description="DeepSpeed ZeRO stage of the learner.")
+    ranks: int = Field(
+        1,
+        ge=1,
+        le=64,
+        description="Learner ranks (data parallel): this process is rank 0 and starts the others "
+        "(a launcher's RANK/WORLD_SIZE, e.g. torchrun's, take precedence) (docs/scaling.md).",
+    )
+    collective_timeout_s: float = Field(
+        60.0,
+        gt=0,
+        description="With several ranks: a collective that waits this long for a rank fails the "
+        "run (a rank that died).",
+    )
     torch_threads: int = Field(0, ge=0, description="torch intra-op threads (0: torch's default).")
     keep_weight_versions: int = Field(3, ge=1, description="Published versions kept in the store.")
     port_file: str = Field("", description="If set, the bound port is written here once serving.")

@@ -15,13 +15,17 @@ import socket
 log = logging.getLogger(__name__)
 
 
-def _free_port() -> int:
+def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
 
 
-def init_distributed() -> None:
+def init_distributed(timeout_s: float = 600.0) -> None:
+    """Join the process group (one rank of its own without a launcher's RANK); collectives fail
+    after ``timeout_s`` instead of waiting forever on a rank that died."""
+    from datetime import timedelta
+
     import torch
 
     if not torch.cuda.is_available():
@@ -32,13 +36,49 @@ def init_distributed() -> None:
             WORLD_SIZE="1",
             LOCAL_RANK="0",
             MASTER_ADDR="127.0.0.1",
-            MASTER_PORT=str(_free_port()),
+            MASTER_PORT=str(free_port()),
         )
     import deepspeed
     import torch.distributed as dist
 
     if not dist.is_initialized():
-        deepspeed.init_distributed(dist_backend="nccl" if torch.cuda.is_available() else "gloo")
+        deepspeed.init_distributed(
+            dist_backend="nccl" if torch.cuda.is_available() else "gloo",
+            timeout=timedelta(seconds=timeout_s),
+        )
+
+
+def rank_and_world() -> tuple[int, int]:
+    """This process's learner rank and the number of ranks (0, 1 without a process group)."""
+    import torch.distributed as dist
+
+    if not dist.is_initialized():
+        return 0, 1
+    return dist.get_rank(), dist.get_world_size()
+
+
+def on_every_rank(flag: bool) -> bool:
+    """True when ``flag`` holds on every rank (one all-reduce; no communication on one rank):
+    every rank must take the same branch around a collective."""
+    import torch
+    import torch.distributed as dist
+
+    if rank_and_world()[1] == 1:
+        return flag
+    t = torch.tensor([1 if flag else 0], dtype=torch.int32)
+    dist.all_reduce(t, op=dist.ReduceOp.MIN)
+    return bool(t.item())
+
+
+def sum_over_ranks(values: dict[str, float]) -> dict[str, float]:
+    """Each value summed over the ranks (the same keys, in the same order, on every rank)."""
+    import torch
+    import torch.distributed as dist
+
+    keys = sorted(values)
+    t = torch.tensor([float(values[k]) for k in keys], dtype=torch.float64)
+    dist.all_reduce(t)
+    return dict(zip(keys, t.tolist()))
 
 
 def ds_config(train, zero_stage: int) -> dict:
@@ -73,6 +113,18 @@ def build_engine(model, train, zero_stage: int = 0):
     )
     log.info("DeepSpeed engine ready (ZeRO %d, %s)", zero_stage, type(engine.optimizer).__name__)
     return engine
+
+
+def full_parameters(engine):
+    """A context in which every rank holds the full parameters: ZeRO-3 gathers its partitions
+    (a collective: every rank must enter); below stage 3 they are whole already."""
+    import contextlib
+
+    if engine.zero_optimization_stage() < 3:
+        return contextlib.nullcontext()
+    import deepspeed
+
+    return deepspeed.zero.GatheredParameters(list(engine.module.parameters()), modifier_rank=None)
 
 
 def grad_norm(engine) -> float:

@@ -14,7 +14,13 @@ import torch
 from brorl.runconfig import TrainConfig
 from services.learner import deepspeed_engine
 from services.learner import estimators
-from services.learner.batch import advantages_of, build_batches, max_tokens_of
+from services.learner.batch import (
+    advantages_of,
+    at_least_two_positions,
+    build_batches,
+    max_tokens_of,
+    rank_share,
+)
 from services.learner.losses import policy_loss
 from services.learner.publish import export_final
 
@@ -77,15 +83,20 @@ class Policy:
         clock.lap("batch")
         sums: Counter = Counter()
         self.engine.train()
-        for i, chunk in enumerate(chunks):
+        # Several ranks (services.learner.ranks): each got the step's groups and runs its share.
+        rank, world = deepspeed_engine.rank_and_world()
+        share = rank_share(len(chunks), rank, world)
+        same_calls = world > 1 and self.engine.zero_optimization_stage() == 3
+        for j, (i, scale) in enumerate(share):
+            chunk = at_least_two_positions(chunks[i], self.pad_id) if same_calls else chunks[i]
             loss, stats = policy_loss(self.engine, chunk, train, self.ref_model)
             clock.lap("forward")  # log-probs under the current (and reference) weights, loss
-            if not torch.isfinite(loss):
+            if not deepspeed_engine.on_every_rank(bool(torch.isfinite(loss))):
                 return self._skip("loss", clock)
             weight = chunk.tokens / denominator  # chunk loss is its token mean
-            last = i == len(chunks) - 1
+            last = j == len(share) - 1
             self.engine.set_gradient_accumulation_boundary(last)
-            self.engine.backward(loss * weight)
+            self.engine.backward(loss * (weight * scale))
             clock.lap("backward")
             if last:
                 sums["learner/grad_norm"] = deepspeed_engine.grad_norm(self.engine)
@@ -93,9 +104,14 @@ class Policy:
                     return self._skip("grad", clock)
             self.engine.step()  # the optimizer steps at the boundary only
             clock.lap("optimizer")
-            sums["learner/loss"] += float(loss.detach()) * weight
+            share_weight = weight * scale / world  # 0 for a repeated chunk
+            sums["learner/loss"] += float(loss.detach()) * share_weight
             for k, v in stats.items():
-                sums[f"learner/{k}"] += v * weight
+                sums[f"learner/{k}"] += v * share_weight
+        if world > 1:  # the step's statistics over all ranks' chunks
+            grad_norm = sums.pop("learner/grad_norm", 0.0)
+            sums = Counter(deepspeed_engine.sum_over_ranks(dict(sums)))
+            sums["learner/grad_norm"] = grad_norm
         sums.update({f"learner/{k}_s": v for k, v in clock.seconds.items()})
         rewards = [p.reward for g in groups for p in g.paths]
         adv = torch.cat(advantages) if advantages else torch.zeros(0)
@@ -125,16 +141,21 @@ class Policy:
             **{f"learner/{k}_s": v for k, v in clock.seconds.items()},
         }
 
-    def save_weights(self, directory: Path) -> None:
+    def save_weights(self, directory: Path | None) -> None:
         """The policy's weights in Hugging Face format (safetensors; tied embeddings once).
-        Refuses weights with a NaN/inf: such a version must never reach the workers."""
-        bad = [n for n, p in self.model.named_parameters() if not torch.isfinite(p).all()]
-        if bad:
-            raise FloatingPointError(f"non-finite weights in {bad[:3]}; not published")
-        self.model.save_pretrained(directory, safe_serialization=True)
+        Refuses weights with a NaN/inf: such a version must never reach the workers. Every rank
+        calls it (ZeRO-3 gathers the parameters); only the one given a ``directory`` writes."""
+        with deepspeed_engine.full_parameters(self.engine):
+            if directory is None:
+                return
+            bad = [n for n, p in self.model.named_parameters() if not torch.isfinite(p).all()]
+            if bad:
+                raise FloatingPointError(f"non-finite weights in {bad[:3]}; not published")
+            self.model.save_pretrained(directory, safe_serialization=True)
 
     def export(self, out: Path) -> Path:
-        return export_final(self.model, self.model_dir, out)
+        with deepspeed_engine.full_parameters(self.engine):
+            return export_final(self.model, self.model_dir, out)
 
     def save_checkpoint(self, directory: str, tag: str, client_state: dict) -> None:
         deepspeed_engine.save_checkpoint(self.engine, directory, tag, client_state)

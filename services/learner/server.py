@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import os
 import re
 import threading
 import time
@@ -35,8 +36,9 @@ _RUN_ID = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
 
 
 class LearnerServicer(learner_pb2_grpc.LearnerServiceServicer):
-    def __init__(self, config: LearnerServiceConfig, redis_client):
+    def __init__(self, config: LearnerServiceConfig, redis_client, ranks=None):
         self.config = config
+        self.ranks = ranks  # services.learner.ranks.RankGroup with several ranks
         self.r = redis_client
         self.runs: dict[str, RunState] = {}
         self.threads: dict[str, threading.Thread] = {}
@@ -47,9 +49,12 @@ class LearnerServicer(learner_pb2_grpc.LearnerServiceServicer):
         log.info("run configs may read under %s", ", ".join(map(str, self.read_roots.roots)))
 
     def _build_policy(self, cfg):
-        from services.learner.policy import Policy  # heavy: transformers, DeepSpeed
+        make = make_policy(self.config.zero_stage)
+        if self.ranks is None:
+            return make(cfg)
+        from services.learner.ranks import DistributedPolicy
 
-        return Policy(cfg.model, cfg.train, self.config.zero_stage)
+        return DistributedPolicy(self.ranks, cfg, make)
 
     def _info(self, st: RunState) -> learner_pb2.RunInfo:
         return learner_pb2.RunInfo(
@@ -70,6 +75,8 @@ class LearnerServicer(learner_pb2_grpc.LearnerServiceServicer):
 
     @rpc.translate_errors
     def StartRun(self, request, context):
+        if self.ranks is not None and self.ranks.failure:
+            raise FailedPrecondition(f"{self.ranks.failure}: restart the learner for a new run")
         cfg = parse_run_config(request.config_yaml)
         self.read_roots.confine(cfg)  # before anything looks at the files
         if not Path(cfg.model).is_dir():
@@ -160,9 +167,29 @@ class LearnerServicer(learner_pb2_grpc.LearnerServiceServicer):
         return learner_pb2.CheckpointResponse(path=path, step=step)
 
 
+def make_policy(zero_stage: int):
+    def make(cfg):
+        from services.learner.policy import Policy  # heavy: transformers, DeepSpeed
+
+        return Policy(cfg.model, cfg.train, zero_stage)
+
+    return make
+
+
 def serve(config: LearnerServiceConfig) -> None:
     if config.torch_threads:
         torch.set_num_threads(config.torch_threads)
+    ranks = None
+    if int(os.environ.get("WORLD_SIZE", config.ranks)) > 1:
+        from services.learner import ranks as rank_group
+
+        children = rank_group.start_ranks(config.ranks, config.collective_timeout_s)
+        if int(os.environ["RANK"]) > 0:  # no gRPC, no Redis: do what rank 0 says
+            rank_group.follow(make_policy(config.zero_stage))
+            return
+        world = int(os.environ["WORLD_SIZE"])
+        ranks = rank_group.RankGroup(world, children, config.collective_timeout_s / 4)
+        log.info("learner rank 0 of %d (children %s)", world, [c.pid for c in children])
     redis_client = q.connect(config.redis_url)
     redis_client.ping()
     # One handler thread per admitted RPC: long-lived WatchRun streams must not leave an admitted
@@ -175,6 +202,10 @@ def serve(config: LearnerServiceConfig) -> None:
         max_concurrent_rpcs=config.max_concurrent_rpcs,
     )
     learner_pb2_grpc.add_LearnerServiceServicer_to_server(
-        LearnerServicer(config, redis_client), server.grpc
+        LearnerServicer(config, redis_client, ranks), server.grpc
     )
-    rpc.serve_until_stopped(server, "learner", config.port_file)
+    try:
+        rpc.serve_until_stopped(server, "learner", config.port_file)
+    finally:
+        if ranks is not None:
+            ranks.close()
