@@ -13,6 +13,7 @@ from pydantic import Field, PrivateAttr, model_validator
 
 from brorl import schedule
 from brorl.config import StrictModel, parse_text, validate
+from brorl.run_logging import LoggingConfig
 
 
 class _Schedule(StrictModel):
@@ -318,6 +319,12 @@ class RunConfig(StrictModel):
         description="Every this many updates, write the step's best, worst and one random path "
         "(prompt, completion, reward) to samples.jsonl in the run directory, for `brorl "
         "report` (0: never).",
+    )
+
+    logging: LoggingConfig = Field(
+        default_factory=LoggingConfig,
+        description="Where metrics go besides metrics.jsonl: TensorBoard, W&B, MLflow "
+        "(docs/observability.md).",
     )
 
     model_config = StrictModel.model_config | {"populate_by_name": True}
