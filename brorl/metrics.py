@@ -17,7 +17,8 @@ import threading
 from dataclasses import dataclass, field
 from typing import Callable, Iterable
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Summary
+from prometheus_client import generate_latest
 from prometheus_client import start_http_server
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
@@ -68,6 +69,11 @@ class Metrics:
         self, name: str, doc: str, labels: Iterable[str] = (), buckets=LATENCY_BUCKETS
     ) -> Histogram:
         return self._make(Histogram, name, doc, labels, buckets=buckets)
+
+    def summary(self, name: str, doc: str, labels: Iterable[str] = ()) -> Summary:
+        """Count and sum only (no quantiles): a mean that may be negative, which a histogram
+        with negative buckets does not give (it leaves out its _sum)."""
+        return self._make(Summary, name, doc, labels)
 
     def _make(self, cls, name: str, doc: str, labels: Iterable[str], **kwargs):
         """The series ``brorl_<name>``, made on first use and the same object afterwards."""

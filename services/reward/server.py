@@ -50,12 +50,16 @@ class ScoreMetrics:
         self.value = metrics.histogram(
             "reward_value", "Rewards given, by reward function", ("fn",), buckets=REWARD_BUCKETS
         )
+        self.score = metrics.summary(
+            "reward_score", "Sum and count of the rewards given (their mean), by function", ("fn",)
+        )
 
     def observe(self, fn: str, scores: list[Score]) -> None:
         for s in scores:
             self.scored.labels(fn, s.status).inc()
             if math.isfinite(s.reward):
                 self.value.labels(fn).observe(s.reward)
+                self.score.labels(fn).observe(s.reward)
 
 
 class RewardServicer(reward_pb2_grpc.RewardServiceServicer):
