@@ -2,13 +2,14 @@
 
 The only module that imports ``prometheus_client`` (tests/unit/test_dependency_rules.py): a
 client that imports brorl.rpc or brorl.client never loads it. Every series is named ``brorl_*``
-(docs/observability.md lists them). Each process builds one ``Metrics`` in its composition root
-and hands it to what records into it; the series live in its own registry, not in
-prometheus_client's global default one.
+(docs/observability.md lists them), beside the standard ``process_*`` ones. Each process builds
+one ``Metrics`` in its composition root and hands it to what records into it; the series live
+in its own registry, not in prometheus_client's global default one.
 
-Two ways a value gets in: objects made with ``counter`` / ``gauge`` / ``histogram``, updated where
-the event happens (an RPC answered, a batch scored), and ``read_at_scrape`` callbacks, asked at
-every scrape for values another object already keeps (a worker's counters, a stream's length)."""
+Two ways a value gets in: objects made with ``counter`` / ``gauge`` / ``histogram`` /
+``summary``, updated where the event happens (an RPC answered, a batch scored), and
+``read_at_scrape`` callbacks, asked at every scrape for values another object already keeps (a
+worker's counters, a stream's length)."""
 
 from __future__ import annotations
 
@@ -17,8 +18,8 @@ import threading
 from dataclasses import dataclass, field
 from typing import Callable, Iterable
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Summary
-from prometheus_client import generate_latest
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, ProcessCollector
+from prometheus_client import Summary, generate_latest
 from prometheus_client import start_http_server
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
@@ -54,6 +55,7 @@ def parse_bind(bind: str) -> tuple[str, int]:
 class Metrics:
     def __init__(self):
         self.registry = CollectorRegistry(auto_describe=False)
+        ProcessCollector(registry=self.registry)  # the standard process_* series (CPU, memory)
         self._made: dict[str, object] = {}
         self._lock = threading.Lock()
         self._http = None
