@@ -168,3 +168,45 @@ def test_a_failing_sink_is_dropped_and_the_others_keep_going():
     fan.scalars(3, {})  # an event without values goes nowhere
     assert good.seen == [1, 2] and len(fan.sinks) == 1
     fan.close()
+
+
+@pytest.mark.parametrize("package", ["wandb", "mlflow"])
+def test_start_run_answers_invalid_argument_before_writing_anything(tmp_path, monkeypatch, package):
+    """StartRun over a real loopback port (no Redis: the run never gets that far)."""
+    from brorl import rpc
+    from brorl.config import validate
+    from brorl.v1 import learner_pb2, learner_pb2_grpc
+    from services.learner.config import LearnerServiceConfig
+    from services.learner.server import SERVICE_NAME, LearnerServicer
+
+    monkeypatch.setitem(sys.modules, package, None)
+    data = tmp_path / "train.jsonl"
+    data.write_text(json.dumps({"prompt": "1+1=", "reference": "2"}) + "\n")
+    cfg = validate(
+        LearnerServiceConfig,
+        {"bind": "127.0.0.1:0", "runs_dir": str(tmp_path / "runs"), "read_roots": [str(tmp_path)]},
+    )
+    server = rpc.Server(cfg.bind, [SERVICE_NAME], metrics=Metrics())
+    learner_pb2_grpc.add_LearnerServiceServicer_to_server(
+        LearnerServicer(cfg, redis_client=None), server.grpc
+    )
+    server.start().set_serving(True)
+    config = json.dumps(
+        {
+            "model": str(tmp_path),
+            "data": {"train_path": str(data)},
+            "logging": {package: {"enabled": True}},
+        }
+    )
+    try:
+        stub = learner_pb2_grpc.LearnerServiceStub(rpc.channel(f"127.0.0.1:{server.port}"))
+        with pytest.raises(grpc.RpcError) as err:
+            stub.StartRun(learner_pb2.StartRunRequest(config_yaml=config, run_id="r1"), timeout=10)
+    finally:
+        server.stop(0)
+    assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert f"logging.{package}.enabled" in err.value.details()
+    assert f"pip install {package}" in err.value.details()
+    assert not (tmp_path / "runs" / "r1").exists()
+    codes = {"service": "brorl.v1.LearnerService", "method": "StartRun", "code": "INVALID_ARGUMENT"}
+    assert server.metrics.registry.get_sample_value("brorl_rpc_requests_total", codes) == 1
