@@ -150,8 +150,10 @@ class RpcMetrics(grpc.ServerInterceptor):
         self.in_flight.labels(service, method).dec()
         self.latency.labels(service, method).observe(time.perf_counter() - start)
         code = context.code()  # set by abort / set_code; None: the handler did not set one
-        if code is None:
-            code = grpc.StatusCode.UNKNOWN if failed else grpc.StatusCode.OK
+        if code is None and failed:
+            # a stream the client left (a WatchRun closed) is not a server error
+            code = grpc.StatusCode.CANCELLED if not context.is_active() else grpc.StatusCode.UNKNOWN
+        code = code or grpc.StatusCode.OK
         self.requests.labels(service, method, code.name).inc()
 
 

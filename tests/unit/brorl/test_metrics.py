@@ -194,6 +194,40 @@ def test_stream_latency_lasts_until_its_last_message():
     assert total >= 0.3
 
 
+def test_a_stream_the_client_leaves_is_cancelled_not_an_error():
+    metrics = Metrics()
+    server = _server(metrics)
+    def endless(request, context):
+        while True:
+            yield request
+            time.sleep(0.05)
+
+    server.grpc.add_generic_rpc_handlers(
+        (
+            grpc.method_handlers_generic_handler(
+                "test.Endless",
+                {
+                    "S": grpc.unary_stream_rpc_method_handler(
+                        endless, request_deserializer=bytes, response_serializer=bytes
+                    )
+                },
+            ),
+        )
+    )
+    try:
+        with rpc.channel(f"127.0.0.1:{server.port}") as ch:
+            call = ch.unary_stream("/test.Endless/S", request_serializer=bytes)(b"x", timeout=10)
+            next(call)
+            call.cancel()
+            deadline = time.monotonic() + 10
+            while count(metrics, "S", "CANCELLED", "test.Endless") == 0:
+                assert time.monotonic() < deadline, metrics.exposition()
+                time.sleep(0.05)
+    finally:
+        server.stop(0)
+    assert count(metrics, "S", "UNKNOWN", "test.Endless") == 0
+
+
 def test_calls_the_token_check_refuses_are_counted(monkeypatch):
     monkeypatch.setenv("METRICS_TEST_TOKEN", TOKEN)
     security = SecurityConfig(token_env="METRICS_TEST_TOKEN")
