@@ -101,6 +101,28 @@ class RunChannels:
         newest = self.r.xrevrange(self.keys["dead"], count=1)
         return _s(newest[0][0]) if newest else "0-0"
 
+    def stream_stats(self) -> dict[str, dict[str, int]]:
+        """The prompt and path streams, each with its consuming group ("rollout", "learner"):
+        ``length`` entries in the stream (XLEN), ``pending`` delivered but not yet acked, ``lag``
+        not yet delivered (XINFO GROUPS). Consumed entries are deleted, so when Redis cannot
+        tell the lag (deletions inside the group's range) it is length - pending."""
+        out = {}
+        for name, group in (("prompts", "rollout"), ("paths", "learner")):
+            key = self.keys[name]
+            length = int(self.r.xlen(key))
+            try:
+                info = [g for g in self.r.xinfo_groups(key) if _s(g["name"]) == group]
+            except redis.ResponseError:  # no stream yet
+                info = []
+            pending = int(info[0]["pending"]) if info else 0
+            lag = info[0].get("lag") if info else length
+            out[name] = {
+                "length": length,
+                "pending": pending,
+                "lag": int(lag) if lag is not None else max(length - pending, 0),
+            }
+        return out
+
     def is_prompt_stream(self, stream: str) -> bool:
         return stream == self.keys["prompts"]
 

@@ -1,6 +1,6 @@
 """gRPC plumbing shared by every service: server construction with health and reflection (and
-the token check and TLS of brorl.security), one error translator, and client channels whose
-calls always carry a deadline."""
+the token check and TLS of brorl.security, and the RPC metrics of brorl.metrics), one error
+translator, and client channels whose calls always carry a deadline."""
 
 from __future__ import annotations
 
@@ -10,14 +10,18 @@ import logging
 import time
 from concurrent import futures
 from pathlib import Path
-from typing import Callable, Iterable
+from typing import TYPE_CHECKING, Callable, Iterable
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
+from pydantic import Field
 
 from brorl.errors import BrorlError
 from brorl.security import BearerToken, SecurityConfig, TokenCheck
+
+if TYPE_CHECKING:  # brorl.metrics imports prometheus_client: a client of brorl.rpc needs none
+    from brorl.metrics import Metrics
 
 log = logging.getLogger(__name__)
 
@@ -80,6 +84,87 @@ def translate_errors(fn: Callable) -> Callable:
     return unary_wrapper
 
 
+class RpcMetrics(grpc.ServerInterceptor):
+    """Every RPC of a server, health and reflection included, refused ones too: its latency
+    (``brorl_rpc_latency_seconds``, until the last message of a stream), its status code
+    (``brorl_rpc_requests_total``) and the calls in flight (``brorl_rpc_in_flight``), labelled
+    by gRPC service and method. First in the chain, so it sees what the token check refuses."""
+
+    def __init__(self, metrics: "Metrics"):
+        labels = ("service", "method")
+        self.latency = metrics.histogram(
+            "rpc_latency_seconds", "Seconds from an RPC's start to its answer", labels
+        )
+        self.requests = metrics.counter(
+            "rpc_requests_total", "RPCs answered, by status code", (*labels, "code")
+        )
+        self.in_flight = metrics.gauge("rpc_in_flight", "RPCs being answered now", labels)
+
+    def intercept_service(self, continuation, handler_call_details):
+        handler = continuation(handler_call_details)
+        if handler is None:
+            return None  # unknown method: gRPC answers UNIMPLEMENTED
+        service, _, method = handler_call_details.method.lstrip("/").rpartition("/")
+        streaming = (handler.request_streaming, handler.response_streaming)
+        behavior = {
+            (False, False): handler.unary_unary,
+            (False, True): handler.unary_stream,
+            (True, False): handler.stream_unary,
+            (True, True): handler.stream_stream,
+        }[streaming]
+        observe = functools.partial(self._observe, service, method)
+        if handler.response_streaming:
+
+            def measured(request, context):
+                start = self._started(service, method)
+                failed = True
+                try:
+                    yield from behavior(request, context)
+                    failed = False
+                finally:
+                    observe(start, context, failed)
+
+        else:
+
+            def measured(request, context):
+                start = self._started(service, method)
+                failed = True
+                try:
+                    response = behavior(request, context)
+                    failed = False
+                    return response
+                finally:
+                    observe(start, context, failed)
+
+        return _HANDLER_OF_SHAPE[streaming](
+            measured,
+            request_deserializer=handler.request_deserializer,
+            response_serializer=handler.response_serializer,
+        )
+
+    def _started(self, service: str, method: str) -> float:
+        self.in_flight.labels(service, method).inc()
+        return time.perf_counter()
+
+    def _observe(self, service: str, method: str, start: float, context, failed: bool) -> None:
+        self.in_flight.labels(service, method).dec()
+        self.latency.labels(service, method).observe(time.perf_counter() - start)
+        code = context.code()  # set by abort / set_code; None: the handler did not set one
+        if code is None and failed:
+            # a stream the client left (a WatchRun closed) is not a server error
+            code = grpc.StatusCode.CANCELLED if not context.is_active() else grpc.StatusCode.UNKNOWN
+        code = code or grpc.StatusCode.OK
+        self.requests.labels(service, method, code.name).inc()
+
+
+_HANDLER_OF_SHAPE = {  # (request_streaming, response_streaming) → handler factory
+    (False, False): grpc.unary_unary_rpc_method_handler,
+    (False, True): grpc.unary_stream_rpc_method_handler,
+    (True, False): grpc.stream_unary_rpc_method_handler,
+    (True, True): grpc.stream_stream_rpc_method_handler,
+}
+
+
 # Admission control when a service does not say: RPCs in flight (running or waiting for a
 # handler thread; an open stream counts until it ends) before gRPC answers RESOURCE_EXHAUSTED.
 DEFAULT_MAX_CONCURRENT_RPCS = 64
@@ -91,7 +176,10 @@ class Server:
 
     Admission control: at most ``max_concurrent_rpcs`` RPCs are in flight (health and reflection
     included); gRPC answers any call beyond that with RESOURCE_EXHAUSTED at once, so overload is
-    shed instead of queued without bound in the handler pool (docs/reliability.md)."""
+    shed instead of queued without bound in the handler pool (docs/reliability.md).
+
+    ``metrics``: the process's brorl.metrics.Metrics; every RPC is measured into it (RpcMetrics)
+    and ``serve_until_stopped`` serves it on the service's ``metrics_bind``."""
 
     def __init__(
         self,
@@ -100,16 +188,19 @@ class Server:
         max_workers: int = 16,
         security: SecurityConfig | None = None,
         max_concurrent_rpcs: int = DEFAULT_MAX_CONCURRENT_RPCS,
+        metrics: "Metrics | None" = None,
     ):
         if max_concurrent_rpcs < 1:
             raise ValueError(f"max_concurrent_rpcs must be at least 1, got {max_concurrent_rpcs}")
         self.service_names = list(service_names)
         self.max_concurrent_rpcs = max_concurrent_rpcs
+        self.metrics = metrics
         token = security.required_token() if security else ""
+        interceptors = [RpcMetrics(metrics)] if metrics is not None else []
         self.grpc = grpc.server(
             futures.ThreadPoolExecutor(max_workers=max_workers),
             options=CHANNEL_OPTIONS,
-            interceptors=[TokenCheck(token)] if token else [],
+            interceptors=interceptors + ([TokenCheck(token)] if token else []),
             maximum_concurrent_rpcs=max_concurrent_rpcs,
         )
         self.health = health.HealthServicer()
@@ -151,19 +242,44 @@ class Server:
         self.grpc.wait_for_termination()
 
 
+def metrics_bind_field(default_port: int):
+    """The ``metrics_bind`` field of a service config (the same rule for all three)."""
+    return Field(
+        f"127.0.0.1:{default_port}",
+        pattern=r"^(|.+:[0-9]+)$",
+        description=(
+            "host:port of the Prometheus /metrics endpoint; port 0 picks a free one (written to "
+            "<port_file>.metrics); '' serves none (docs/observability.md)."
+        ),
+    )
+
+
+def metrics_port_file(port_file: str | Path) -> Path:
+    """Where a service whose gRPC port goes to ``port_file`` writes its metrics port."""
+    return Path(f"{port_file}.metrics")
+
+
 def serve_until_stopped(
     server: Server,
     name: str,
     port_file: str = "",
     prepare: Callable[[], None] = lambda: None,
     cleanup: Callable[[], None] = lambda: None,
+    metrics_bind: str = "",
 ) -> None:
-    """The life of every brorl service. Listen with health NOT_SERVING and write the bound port
-    to ``port_file`` (so a launcher can poll health on it); ``prepare`` (load the engine, the
-    reward models, ...); flip health to SERVING; serve until interrupted. On the way out:
-    NOT_SERVING, stop the server, then ``cleanup`` (close engines, pools)."""
+    """The life of every brorl service. Listen with health NOT_SERVING, serve the server's
+    metrics on ``metrics_bind`` ("" : not served) and write that port to
+    ``metrics_port_file(port_file)``, then the gRPC port to ``port_file`` (so a launcher can poll
+    health on it and find both); ``prepare`` (load the engine, the reward models, ...); flip
+    health to SERVING; serve until interrupted. On the way out: NOT_SERVING, stop the server and
+    the metrics endpoint, then ``cleanup`` (close engines, pools)."""
     server.start()
     try:
+        if metrics_bind and server.metrics is not None:
+            port = server.metrics.serve(metrics_bind)
+            log.info("%s metrics on http://%s/metrics", name, _with_port(metrics_bind, port))
+            if port_file:
+                metrics_port_file(port_file).write_text(str(port))
         if port_file:
             Path(port_file).write_text(str(server.port))
         prepare()
@@ -172,7 +288,13 @@ def serve_until_stopped(
         server.wait()
     finally:
         server.stop()
+        if server.metrics is not None:
+            server.metrics.close()
         cleanup()
+
+
+def _with_port(bind: str, port: int) -> str:
+    return f"{bind.rpartition(':')[0]}:{port}"
 
 
 RETRYABLE = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED)

@@ -13,6 +13,7 @@ from pydantic import Field, PrivateAttr, model_validator
 
 from brorl import schedule
 from brorl.config import StrictModel, parse_text, validate
+from brorl.run_logging import LoggingConfig
 
 
 class _Schedule(StrictModel):
@@ -394,6 +395,11 @@ class RunConfig(StrictModel):
         description="Evaluate the held-out prompts (data.eval_*) greedily at the start, every "
         "this many updates and at the end; logs eval/accuracy and eval/reward_mean (0: only "
         "at the start and end when held-out prompts are set).",
+    )
+    logging: LoggingConfig = Field(
+        default_factory=LoggingConfig,
+        description="Where metrics go besides metrics.jsonl: TensorBoard, W&B, MLflow "
+        "(docs/observability.md).",
     )
 
     model_config = StrictModel.model_config | {"populate_by_name": True}

@@ -30,6 +30,7 @@ import grpc
 
 from brorl.apps import checks, demo_cmd, report, sweep_cmd
 from brorl.apps.launcher import REPO_ROOT, Cluster, ClusterSpec
+from brorl.apps.scrape_targets import FILE_SD
 from brorl.apps.progress import watch_run
 from brorl.client import LearnerClient, RewardClient, RolloutClient
 from brorl.errors import BrorlError
@@ -65,6 +66,8 @@ def cmd_cluster(args) -> int:
                 f"pids: {pids}; logs in {cluster.logs}",
                 flush=True,
             )
+            metrics = ", ".join(f"{n} {u}" for n, u in cluster.metrics_urls().items())
+            print(f"metrics: {metrics} (Prometheus targets: {spec.workdir}/{FILE_SD})", flush=True)
             print("Ctrl-C stops every process.", flush=True)
             try:
                 while True:

@@ -76,6 +76,7 @@ def run_demo(args) -> int:
     launched = time.time()
     with Cluster(spec) as cluster:
         print(f"   cluster ready in {time.time() - launched:.0f}s; logs in {cluster.logs}")
+        print("   metrics: " + ", ".join(f"{n} {u}" for n, u in cluster.metrics_urls().items()))
         print(f"== 3/4 RL: {run_cfg.train.steps} steps, N={run_cfg.sampling.n} paths per prompt")
         client = LearnerClient(cluster.learner_address)
         info = client.start(recipe.run_config_yaml(run_cfg), run_id=run_id)

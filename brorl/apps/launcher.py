@@ -21,7 +21,8 @@ from pathlib import Path
 
 import redis
 
-from brorl.rpc import wait_serving
+from brorl.apps import scrape_targets
+from brorl.rpc import metrics_port_file, wait_serving
 from brorl.security import SecurityConfig
 
 log = logging.getLogger(__name__)
@@ -76,6 +77,7 @@ class Cluster:
         self.spec = spec
         self.procs: list[Proc] = []
         self.logs = spec.workdir / "logs"
+        self.ports = spec.workdir / "ports"  # gRPC and metrics port files
         self.redis_url = spec.redis_url
 
     @property
@@ -99,6 +101,14 @@ class Cluster:
 
     def __exit__(self, *exc) -> None:
         self.stop()
+
+    def _ports(self, name: str) -> dict[str, str]:
+        """Overrides: service ``name`` serves /metrics on a free port and writes its ports."""
+        port_file = str(self.ports / f"{name}.port")
+        return {"port_file": port_file, "metrics_bind": f"{self.spec.host}:0"}
+
+    def metrics_urls(self) -> dict[str, str]:  # service name → /metrics URL, once ready
+        return scrape_targets.metrics_urls(self.spec.host, self.ports, [p.name for p in self.procs])
 
     def _spawn(self, name: str, argv: list[str]) -> Proc:
         self.logs.mkdir(parents=True, exist_ok=True)
@@ -159,7 +169,9 @@ class Cluster:
         s = self.spec
         secure = security_overrides(s.security)
         self.ensure_redis()
-        self._spawn("reward", service_command("reward", {"bind": self.reward_address, **secure}))
+        scrape_targets.empty_dir(self.ports)  # an earlier cluster's port files go
+        reward = {"bind": self.reward_address, **self._ports("reward"), **secure}
+        self._spawn("reward", service_command("reward", reward))
         for i in range(s.rollout_workers):
             self._spawn(
                 f"rollout-{i}",
@@ -172,6 +184,7 @@ class Cluster:
                         "reward_address": self.reward_address,
                         "namespace": s.namespace,
                         "engine.cpu_threads_bind": worker_cpu_bind(s.rollout_cpu_bind, i),
+                        **self._ports(f"rollout-{i}"),
                         **secure,
                         **s.rollout_overrides,
                     },
@@ -187,12 +200,14 @@ class Cluster:
                     "runs_dir": str(s.workdir / "runs"),
                     "namespace": s.namespace,
                     "read_roots": json.dumps(read_roots(s)),
+                    **self._ports("learner"),
                     **secure,
                     **s.learner_overrides,
                 },
             ),
         )
         self.wait_ready()
+        scrape_targets.write_file_sd(s.workdir / scrape_targets.FILE_SD, self.metrics_urls())
 
     def wait_ready(self, timeout: float = 420.0) -> None:
         deadline = time.monotonic() + timeout
@@ -315,6 +330,7 @@ class ServiceProc:
         overrides = {
             "bind": "127.0.0.1:0",
             "port_file": str(self.port_file),
+            "metrics_bind": "127.0.0.1:0",
             **security_overrides(security),
             **overrides,
         }
@@ -339,6 +355,11 @@ class ServiceProc:
                 raise TimeoutError(f"{self.name} wrote no port: {self.log()}")
             time.sleep(0.1)
         return f"127.0.0.1:{self.port_file.read_text().strip()}"
+
+    @property
+    def metrics_url(self) -> str:
+        self.address  # noqa: B018 - waits for the port files (metrics first, then gRPC)
+        return f"http://127.0.0.1:{metrics_port_file(self.port_file).read_text()}/metrics"
 
     def wait_serving(self, timeout: float = 420) -> "ServiceProc":
         try:

@@ -3,6 +3,7 @@ from __future__ import annotations
 from pydantic import Field
 
 from brorl.config import StrictModel
+from brorl.rpc import metrics_bind_field
 from brorl.security import SecurityConfig
 
 
@@ -51,6 +52,7 @@ class LearnerServiceConfig(StrictModel):
     torch_threads: int = Field(0, ge=0, description="torch intra-op threads (0: torch's default).")
     keep_weight_versions: int = Field(3, ge=1, description="Published versions kept in the store.")
     port_file: str = Field("", description="If set, the bound port is written here once serving.")
+    metrics_bind: str = metrics_bind_field(9453)
     max_concurrent_rpcs: int = Field(
         32,
         ge=2,

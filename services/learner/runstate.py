@@ -1,4 +1,5 @@
-"""A run's observable state: metrics (JSONL on disk + in memory for WatchRun) and status."""
+"""A run's observable state: metrics (JSONL on disk + in memory for WatchRun, and every sink of
+services/learner/sinks.py: TensorBoard, Prometheus, W&B, MLflow), sample completions, status."""
 
 from __future__ import annotations
 
@@ -8,10 +9,12 @@ import time
 from pathlib import Path
 
 from brorl.v1 import common_pb2
+from services.learner.samples_log import write_samples
+from services.learner.sinks import Fanout, Sink
 
 
 class RunState:
-    def __init__(self, run_id: str, run_dir: Path, total_steps: int):
+    def __init__(self, run_id: str, run_dir: Path, total_steps: int, sinks: list[Sink] = ()):
         self.run_id = run_id
         self.run_dir = run_dir
         self.total_steps = total_steps
@@ -27,6 +30,7 @@ class RunState:
         self.checkpoint_requested = threading.Event()
         self.checkpoint_done = threading.Condition()
         self.last_checkpoint: tuple[str, int] | None = None
+        self.sinks = Fanout(sinks)
 
     def emit(
         self,
@@ -60,15 +64,21 @@ class RunState:
             )
             + "\n"
         )
+        self.sinks.scalars(self.step, dict(metric.values))
         with self._cond:
             self.last.update(metric.values)
             self._metrics.append(metric)
             self._cond.notify_all()
 
+    def samples(self, groups: list[common_pb2.PathGroup], every: int) -> None:
+        """The step's sample completions every ``every`` steps: samples.jsonl and the sinks."""
+        self.sinks.samples(self.step, write_samples(self.run_dir, self.step, groups, every))
+
     def finish(self, state: str, message: str = "") -> None:
         self.state, self.message = state, message
         self.emit({}, event="done" if state == "finished" else state, message=message)
         self._file.close()
+        self.sinks.close()
 
     @property
     def ended(self) -> bool:

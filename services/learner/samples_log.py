@@ -53,14 +53,18 @@ def _record(kind: str, group: common_pb2.PathGroup, path: common_pb2.Path) -> di
     }
 
 
-def write_samples(run_dir: Path, step: int, groups: list[common_pb2.PathGroup], every: int) -> None:
+def write_samples(
+    run_dir: Path, step: int, groups: list[common_pb2.PathGroup], every: int
+) -> list[dict]:
     """Append the step's samples to ``run_dir/samples.jsonl`` when ``step`` is a multiple of
-    ``every`` (0: never). A resumed run writes its repeated steps again; readers keep the last."""
+    ``every`` (0: never), and return them ([] when none were written). A resumed run writes its
+    repeated steps again; readers keep the last."""
     if every <= 0 or step % every:
-        return
+        return []
     samples = choose_samples(groups, step)
     if not samples:
-        return
+        return []
     line = json.dumps({"step": step, "time": time.time(), "samples": samples})
     with open(Path(run_dir) / FILENAME, "a") as f:
         f.write(line + "\n")
+    return samples

@@ -21,13 +21,16 @@ from brorl import queue as q
 from brorl import rpc
 from brorl.config import dump
 from brorl.errors import FailedPrecondition, InvalidArgument, NotFound
+from brorl.metrics import Metrics
 from brorl.runconfig import parse_run_config
 from brorl.v1 import learner_pb2, learner_pb2_grpc
 from brorl.weights import WeightStore
 from services.learner.config import LearnerServiceConfig
+from services.learner.live_metrics import StepGauges, queue_samples
 from services.learner.prompts import load_run_prompts
 from services.learner.read_roots import ReadRoots
 from services.learner.runstate import RunState
+from services.learner.sinks import build_sinks, check_trackers
 from services.learner.train import Trainer
 
 log = logging.getLogger(__name__)
@@ -36,10 +39,20 @@ _RUN_ID = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
 
 
 class LearnerServicer(learner_pb2_grpc.LearnerServiceServicer):
-    def __init__(self, config: LearnerServiceConfig, redis_client, ranks=None):
+    def __init__(
+        self,
+        config: LearnerServiceConfig,
+        redis_client,
+        metrics: Metrics | None = None,
+        ranks=None,
+    ):
         self.config = config
         self.ranks = ranks  # services.learner.ranks.RankGroup with several ranks
         self.r = redis_client
+        metrics = metrics or Metrics()
+        self.step_gauges = StepGauges(metrics)
+        self.channels: q.RunChannels | None = None  # of the latest run (its streams' depths)
+        metrics.read_at_scrape(lambda: queue_samples(lambda: self.channels))
         self.runs: dict[str, RunState] = {}
         self.threads: dict[str, threading.Thread] = {}
         self.lock = threading.Lock()
@@ -84,6 +97,7 @@ class LearnerServicer(learner_pb2_grpc.LearnerServiceServicer):
         # Bad data is the caller's error: report it now (this also fills the model's defaults
         # into cfg, so config.yaml records them).
         prompts = load_run_prompts(cfg)
+        check_trackers(cfg.logging)  # W&B / MLflow enabled but not installed: before any file
         run_id = request.run_id or time.strftime("run-%Y%m%d-%H%M%S-") + uuid.uuid4().hex[:6]
         if not _RUN_ID.match(run_id):
             raise InvalidArgument("run_id", "use 1-64 letters, digits, '.', '_' or '-'")
@@ -101,13 +115,21 @@ class LearnerServicer(learner_pb2_grpc.LearnerServiceServicer):
                 raise FailedPrecondition(f"run {run_id} has no checkpoint to resume in {run_dir}")
             run_dir.mkdir(parents=True, exist_ok=True)
             (run_dir / "config.yaml").write_text(dump(cfg))
-            state = RunState(run_id, run_dir, cfg.train.steps)
+            sinks = build_sinks(
+                cfg.logging,
+                run_id,
+                run_dir,
+                cfg.model_dump(mode="json", by_alias=True),
+                extra=[self.step_gauges],
+            )
+            state = RunState(run_id, run_dir, cfg.train.steps, sinks)
             store = WeightStore(self.config.weights_dir or run_dir / "weights")
+            self.channels = q.RunChannels(self.r, run_id)
             trainer = Trainer(
                 run_id,
                 cfg,
                 state,
-                q.RunChannels(self.r, run_id),
+                self.channels,
                 self.registry,
                 store,
                 functools.partial(self._build_policy, cfg),
@@ -194,18 +216,22 @@ def serve(config: LearnerServiceConfig) -> None:
     redis_client.ping()
     # One handler thread per admitted RPC: long-lived WatchRun streams must not leave an admitted
     # StopRun waiting for a thread.
+    metrics = Metrics()
     server = rpc.Server(
         config.bind,
         [SERVICE_NAME],
         max_workers=config.max_concurrent_rpcs,
         security=config.security,
         max_concurrent_rpcs=config.max_concurrent_rpcs,
+        metrics=metrics,
     )
     learner_pb2_grpc.add_LearnerServiceServicer_to_server(
-        LearnerServicer(config, redis_client, ranks), server.grpc
+        LearnerServicer(config, redis_client, metrics, ranks), server.grpc
     )
     try:
-        rpc.serve_until_stopped(server, "learner", config.port_file)
+        rpc.serve_until_stopped(
+            server, "learner", config.port_file, metrics_bind=config.metrics_bind
+        )
     finally:
         if ranks is not None:
             ranks.close()

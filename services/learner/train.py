@@ -36,7 +36,6 @@ from services.learner.jobfeed import JobFeed
 from services.learner.prompts import RunPrompts, load_run_prompts
 from services.learner.publish import publish_version
 from services.learner.runstate import RunState
-from services.learner.samples_log import write_samples
 from services.learner.seen_groups import SeenGroups
 from services.learner.step_metrics import RunCounters, step_metrics
 
@@ -116,7 +115,7 @@ class Trainer:
             )
             self.state.step, self.state.weight_version = self.step, self.version
             self.state.emit(metrics, extra={"groups": [g.group_id for g in intake.groups]})
-            write_samples(self.state.run_dir, self.step, intake.groups, self.cfg.samples_every)
+            self.state.samples(intake.groups, self.cfg.samples_every)
         self.finish()
 
     def _skipped(self, update: dict[str, float]) -> bool:

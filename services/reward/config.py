@@ -16,6 +16,7 @@ from typing import Annotated, Callable, Literal, NamedTuple, Union
 from pydantic import Field, field_validator, model_validator
 
 from brorl.config import StrictModel
+from brorl.rpc import metrics_bind_field
 from brorl.security import InferenceSecurityConfig
 
 
@@ -375,6 +376,7 @@ class RewardServiceConfig(StrictModel):
         ),
     )
     port_file: str = Field("", description="If set, the bound port is written here once serving.")
+    metrics_bind: str = metrics_bind_field(9452)
     security: InferenceSecurityConfig = Field(
         default_factory=InferenceSecurityConfig,
         description="Token and TLS of this server (docs/security.md).",

@@ -3,6 +3,7 @@ from __future__ import annotations
 from pydantic import Field, field_validator
 
 from brorl.config import StrictModel
+from brorl.rpc import metrics_bind_field
 from brorl.security import InferenceSecurityConfig
 
 
@@ -90,6 +91,7 @@ class RolloutServiceConfig(StrictModel):
         default_factory=EngineConfig, description="The vLLM engine of this worker."
     )
     port_file: str = Field("", description="If set, the bound port is written here once serving.")
+    metrics_bind: str = metrics_bind_field(9461)
     security: InferenceSecurityConfig = Field(
         default_factory=InferenceSecurityConfig,
         description="Token and TLS of this server and of its calls to reward (docs/security.md).",

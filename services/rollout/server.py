@@ -11,6 +11,7 @@ import uuid
 from brorl import queue as q
 from brorl import rpc, sampling
 from brorl.errors import InvalidArgument, Unavailable
+from brorl.metrics import Metrics, Sample
 from brorl.v1 import reward_pb2_grpc, rollout_pb2, rollout_pb2_grpc
 from services.rollout.config import RolloutServiceConfig
 from services.rollout.samples import to_paths, validate_sampling
@@ -106,16 +107,40 @@ def build_engine(config: RolloutServiceConfig):
     )
 
 
+def worker_samples(servicer: RolloutServicer) -> list[Sample]:
+    """The worker's counters and weight version, read at every scrape of /metrics."""
+    worker = {"worker": servicer.name}
+    stats, engine = servicer.stats, servicer.engine
+    counters = [
+        ("rollout_paths_total", "Paths generated (rate(): paths/s)", stats.paths_generated),
+        ("rollout_tokens_total", "Tokens generated (rate(): tokens/s)", stats.tokens_generated),
+        ("rollout_groups_published_total", "Scored groups published", stats.groups_published),
+        ("rollout_weight_reloads_total", "Weight versions loaded in place", stats.reloads),
+    ]
+    return [Sample(n, doc, v, worker, kind="counter") for n, doc, v in counters] + [
+        Sample(
+            "rollout_weight_version",
+            "Weight version the engine holds (0: the model directory's)",
+            engine.weight_version if engine is not None else 0,
+            worker,
+        ),
+        Sample("rollout_engine_ready", "1 once the engine is loaded", engine is not None, worker),
+    ]
+
+
 def serve(config: RolloutServiceConfig, engine=None) -> None:
+    metrics = Metrics()
     server = rpc.Server(
         config.bind,
         [SERVICE_NAME],
         security=config.security,
         max_concurrent_rpcs=config.max_concurrent_rpcs,
+        metrics=metrics,
     )
     stats = WorkerStats()
     lock = threading.Lock()
     servicer = RolloutServicer(None, lock, config, stats)
+    metrics.read_at_scrape(lambda: worker_samples(servicer))
     rollout_pb2_grpc.add_RolloutServiceServicer_to_server(servicer, server.grpc)
     stop = threading.Event()
 
@@ -147,4 +172,6 @@ def serve(config: RolloutServiceConfig, engine=None) -> None:
         if servicer.engine is not None:
             servicer.engine.close()
 
-    rpc.serve_until_stopped(server, "rollout", config.port_file, prepare, cleanup)
+    rpc.serve_until_stopped(
+        server, "rollout", config.port_file, prepare, cleanup, metrics_bind=config.metrics_bind
+    )

@@ -2,10 +2,12 @@
 learner as separate processes, and stops every one of them by pid — on Ctrl-C, on SIGTERM, and
 when one of the services dies."""
 
+import json
 import signal
 import subprocess
 import sys
 import time
+import urllib.request
 
 import psutil
 import pytest
@@ -49,6 +51,7 @@ class LaunchedCluster:
             argv, cwd=REPO_ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
         )
         self.ready_line = self._wait_ready()
+        self.metrics_line = self.popen.stdout.readline()  # printed right after the ready line
         # The services and everything they started (vLLM engine processes), found by pid.
         self.pids = {}
         for part in self.ready_line.split("pids: ")[1].split("; logs")[0].split(", "):
@@ -108,6 +111,17 @@ def test_ctrl_c_stops_every_process_including_vllm_engines(tmp_path, tiny_model)
             wait_serving(address, timeout=10)
         assert all(alive(pid) for pid in c.all_pids())
         assert c.descendants, "the rollout service runs its vLLM engine in a child process"
+        # every service's /metrics, printed and listed for Prometheus (docs/observability.md)
+        urls = dict(
+            part.split(" ")
+            for part in c.metrics_line.split("metrics: ")[1].split(" (")[0].split(", ")
+        )
+        assert set(urls) == {"reward", "rollout-0", "learner"}, c.metrics_line
+        for url in urls.values():
+            with urllib.request.urlopen(url, timeout=10) as resp:
+                assert b"brorl_rpc_requests_total" in resp.read()
+        targets = json.loads((tmp_path / "cluster" / "prometheus_targets.json").read_text())
+        assert sorted(t["labels"]["name"] for t in targets) == ["learner", "reward", "rollout-0"]
     finally:
         c.popen.send_signal(signal.SIGINT)
         code, output = c.finish()

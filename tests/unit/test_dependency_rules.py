@@ -1,8 +1,10 @@
 """DESIGN.md §2: brorl imports no torch/vllm/deepspeed/triton, services never import each other,
 vllm only in services/rollout/engine.py, deepspeed only in services/learner/deepspeed_engine.py,
-triton only in kernels/, redis only in brorl/queue.py, brorl/streams.py and the apps. Also: the
-core (brorl/ outside brorl/apps/) never imports the apps, services never import the demo
-package, and the imports inside brorl/ form no cycle.
+triton only in kernels/, redis only in brorl/queue.py, brorl/streams.py and the apps,
+prometheus_client only in brorl/metrics.py (and a client of the core never loads it), wandb and
+mlflow only in services/learner/trackers.py, TensorBoard only in services/learner/sinks.py.
+Also: the core (brorl/ outside brorl/apps/) never imports the apps, services never import the
+demo package, and the imports inside brorl/ form no cycle.
 
 Every rule counts imports anywhere in a file, including those inside functions."""
 
@@ -93,6 +95,10 @@ def test_framework_imports_stay_in_their_module():
     owners = {
         "vllm": {"services/rollout/engine.py"},
         "deepspeed": {"services/learner/deepspeed_engine.py"},
+        "prometheus_client": {"brorl/metrics.py"},
+        "wandb": {"services/learner/trackers.py"},
+        "mlflow": {"services/learner/trackers.py"},
+        "tensorboard": set(),  # written through torch.utils.tensorboard, in sinks.py only
     }
     for path in ROOT.glob("**/*.py"):
         rel = str(path.relative_to(ROOT))
@@ -104,6 +110,22 @@ def test_framework_imports_stay_in_their_module():
                 assert rel in allowed, f"{rel} imports {lib}; only {allowed} may"
         if "triton" in roots:
             assert rel.startswith("kernels/"), f"{rel} imports triton; only kernels/ may"
+        if any(n.startswith("torch.utils.tensorboard") for n in imports_of(path)):
+            assert rel == "services/learner/sinks.py", f"{rel} imports torch.utils.tensorboard"
+
+
+def test_a_client_of_the_core_loads_no_prometheus_client():
+    """brorl.metrics is imported by the services' composition roots, never by what a client
+    imports (brorl.rpc only names it for type checking)."""
+    code = (
+        "import sys\n"
+        "import brorl.client, brorl.rpc, brorl.runconfig, brorl.queue, brorl.apps.cli\n"
+        "print('prometheus_client' in sys.modules)"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True
+    )
+    assert out.stdout.strip() == "False"
 
 
 def core_import_graph() -> dict[str, set[str]]:
