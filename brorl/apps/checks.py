@@ -278,6 +278,10 @@ def check_cluster(args, rest) -> None:
     model_dir("--model", args.model)
     if args.workers < 0:
         raise BadInput(f"--workers {args.workers}", "must be 0 or more", "pass --workers K")
+    if not 1 <= args.learner_ranks <= 64:
+        raise BadInput(
+            f"--learner-ranks {args.learner_ranks}", "must be 1 to 64", "pass --learner-ranks R"
+        )
     security(args)
     _local_cluster(args, args.workers)
 

@@ -55,6 +55,7 @@ def cmd_cluster(args) -> int:
         rollout_base_port=args.rollout_base_port,
         security=checks.security(args),
         read_roots=args.read_root,
+        learner_overrides={"ranks": args.learner_ranks},
     )
     try:
         with Cluster(spec) as cluster:
@@ -194,6 +195,9 @@ def build_parser() -> argparse.ArgumentParser:
     c = sub.add_parser("cluster", help="start reward, K rollout workers and the learner locally")
     c.add_argument("--model", required=True, help="HF model directory the rollout workers load")
     c.add_argument("--workers", type=int, default=2)
+    c.add_argument(
+        "--learner-ranks", type=int, default=1, help="learner processes (data parallel, DeepSpeed)"
+    )
     c.add_argument("--workdir", default=".cache/cluster")
     c.add_argument("--redis-url", default="redis://127.0.0.1:6379/0")
     c.add_argument("--namespace", default="default", help="keeps clusters that share a Redis apart")

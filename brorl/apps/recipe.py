@@ -79,6 +79,12 @@ class RecipeConfig(StrictModel):
     rollout: dict = Field(
         default_factory=dict, description="Rollout service overrides (key: value) for every worker."
     )
+    learner_ranks: int = Field(
+        1,
+        ge=1,
+        le=16,
+        description="Learner ranks (data-parallel DeepSpeed processes; docs/scaling.md).",
+    )
     run: dict = Field(
         default_factory=dict,
         description=(
@@ -198,7 +204,7 @@ def cluster_spec(
         learner_port=learner_port,
         rollout_base_port=rollout_base_port,
         rollout_overrides=cfg.rollout,
-        learner_overrides=learner_overrides or {},
+        learner_overrides={"ranks": cfg.learner_ranks, **(learner_overrides or {})},
         threads_per_process=cfg.threads_per_process,
         namespace=namespace,
         rollout_cpu_bind=cfg.rollout_cpu_bind,

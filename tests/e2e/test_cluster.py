@@ -21,7 +21,7 @@ pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.redis]
 
 
 class LaunchedCluster:
-    def __init__(self, tmp, workers: int, model: str):
+    def __init__(self, tmp, workers: int, model: str, extra: tuple[str, ...] = ()):
         self.redis_port, reward, learner, rollout = free_ports(4)  # nothing listens on redis_port
         self.addresses = {"reward": f"127.0.0.1:{reward}", "learner": f"127.0.0.1:{learner}"}
         self.addresses.update({f"rollout-{i}": f"127.0.0.1:{rollout + i}" for i in range(workers)})
@@ -46,6 +46,7 @@ class LaunchedCluster:
             str(rollout),
             "--namespace",
             tmp.name,
+            *extra,
         ]
         self.popen = subprocess.Popen(
             argv, cwd=REPO_ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
@@ -143,4 +144,66 @@ def test_sigterm_and_a_dying_service_stop_the_cluster(tmp_path, tiny_model):
     code, output = c.finish()
     assert code == 1
     assert "reward" in output and "exited" in output and "Traceback" not in output
+    assert not [pid for pid in c.all_pids() if alive(pid)]
+
+
+def test_two_learner_ranks_train_and_a_killed_rank_fails_the_run_with_its_name(
+    tmp_path, tiny_model
+):
+    """``brorl cluster --learner-ranks 2``: the learner starts rank 1 as its child; a run trains
+    through both; killing rank 1 mid-run fails the run with a message naming it within 60 s."""
+    from brorl.client import LearnerClient
+    from demo.task import problems
+
+    data = tmp_path / "train.jsonl"
+    data.write_text(
+        "".join(
+            json.dumps({"prompt": p.prompt, "reference": p.answer}) + "\n"
+            for p in problems(100, seed=3)
+        )
+    )
+
+    def config(steps):
+        return f"""
+model: {tiny_model}
+data: {{train_path: {data}}}
+reward_fn: format
+sampling: {{n: 32, temperature: 1.0, top_k: -1, top_p: 1.0, max_tokens: 6}}
+train: {{steps: {steps}, groups_per_step: 2, micro_batch_paths: 16}}
+checkpoint_every: 0
+"""
+
+    c = LaunchedCluster(
+        tmp_path,
+        workers=1,
+        model=tiny_model,
+        extra=("--learner-ranks", "2", "--read-root", str(tmp_path)),
+    )
+    try:
+        [rank1] = psutil.Process(c.pids["learner"]).children()
+        client = LearnerClient(c.addresses["learner"])
+        info = client.start(config(3), run_id="two-ranks")
+        list(client.watch(info.run_id, timeout=300))
+        final = client.get(info.run_id)
+        assert (final.state, final.step, final.weight_version) == ("finished", 3, 3), final.message
+
+        info = client.start(config(200), run_id="rank-killed")
+        deadline = time.monotonic() + 300
+        while client.get(info.run_id).step < 1 and time.monotonic() < deadline:
+            time.sleep(0.5)
+        killed = time.monotonic()
+        rank1.kill()
+        while client.get(info.run_id).state == "running" and time.monotonic() - killed < 90:
+            time.sleep(0.5)
+        final, waited = client.get(info.run_id), time.monotonic() - killed
+        assert final.state == "failed", final
+        assert f"learner rank 1 (pid {rank1.pid}) exited with code -9" in final.message
+        assert waited < 60, waited
+        # the learner itself keeps serving, and says why it takes no new run
+        with pytest.raises(Exception, match="restart the learner"):
+            client.start(config(3), run_id="after")
+    finally:
+        c.popen.send_signal(signal.SIGINT)
+        code, output = c.finish()
+    assert code == 0, output
     assert not [pid for pid in c.all_pids() if alive(pid)]

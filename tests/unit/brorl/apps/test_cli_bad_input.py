@@ -87,6 +87,12 @@ ROWS = [
     ),
     ("cluster-without-model", "cluster --workers 0", "--model", "--help"),
     (
+        "cluster-zero-learner-ranks",
+        "cluster --model {model} {cluster} --learner-ranks 0",
+        "--learner-ranks 0",
+        "--learner-ranks R",
+    ),
+    (
         "cluster-port-in-use",
         "cluster --model {model} {cluster} --learner-port {busy}",
         "--learner-port",
