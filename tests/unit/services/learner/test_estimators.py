@@ -13,6 +13,7 @@ from kernels import group_advantages
 from services.learner import estimators, policy
 from services.learner.batch import advantages_of
 from services.learner.estimators import advantages, advantages_reference
+from services.learner.kl_control import KLController
 
 EPS = estimators.EPS
 
@@ -191,7 +192,9 @@ def test_the_run_configs_estimator_reaches_the_update(estimator, monkeypatch):
     monkeypatch.setattr(policy, "policy_loss", fake_loss)
     monkeypatch.setattr(policy.deepspeed_engine, "grad_norm", lambda engine: 0.0)
     groups = [make_group("a", [1, 2, 3], [1.0, 0.0, 0.0]), make_group("b", [4, 2], [0.0, 1.0])]
-    fake = SimpleNamespace(train=cfg.train, pad_id=0, engine=FakeEngine(), ref_model=None)
+    fake = SimpleNamespace(
+        train=cfg.train, pad_id=0, engine=FakeEngine(), ref_model=None, kl=KLController(cfg.train)
+    )
     out = policy.Policy.update(fake, groups)
 
     assert seen["estimators"] == [estimator]
