@@ -204,9 +204,7 @@ def test_tis_option_weights_the_on_policy_loss():
     loss, grad, stats = config_loss(logp, sampling, mask, adv, off_policy="tis", tis_cap=2.0)
     w = torch.tensor(tis_weight_reference(logp.double(), sampling.double(), mask, 2.0, "token"))
     r_loss, r_grad, _ = grad_of(
-        lambda x: clipped_policy_loss_reference(
-            x, x.detach(), adv.double(), mask, tis_weight=w
-        ),
+        lambda x: clipped_policy_loss_reference(x, x.detach(), adv.double(), mask, tis_weight=w),
         logp.double(),
     )
     torch.testing.assert_close(loss, r_loss.float(), **TOL)
