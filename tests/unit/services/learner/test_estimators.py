@@ -186,7 +186,7 @@ def test_the_run_configs_estimator_reaches_the_update(estimator, monkeypatch):
     def fake_loss(engine, chunk, train, ref_model):
         for row, i in enumerate(chunk.path_index.tolist()):
             seen["advantages"][(chunk.group_index, i)] = float(chunk.advantages[row])
-        return torch.tensor(1.0), {}  # token-mean loss 1 in every chunk
+        return torch.tensor(1.0), {"clip_frac": 0.5}  # token-mean loss 1 in every chunk
 
     monkeypatch.setattr(policy, "advantages_of", spy_advantages_of)
     monkeypatch.setattr(policy, "policy_loss", fake_loss)
@@ -208,6 +208,7 @@ def test_the_run_configs_estimator_reaches_the_update(estimator, monkeypatch):
     assert sum(fake.engine.backward_losses) == pytest.approx(total)
     assert out["learner/loss"] == pytest.approx(total)
     assert fake.engine.boundaries[-1] is True and out["learner/tokens"] == 12.0
+    assert out["learner/clip_frac"] == pytest.approx(0.5)  # statistics: token means, any loss
 
 
 def test_advantages_of_defaults_to_grpo():

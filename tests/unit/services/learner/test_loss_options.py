@@ -68,7 +68,7 @@ def make_batch(sampling_logp, mask, advantages, weight=None) -> Batch:
 # ---- sequence-level ratio (GSPO) ------------------------------------------------------------
 
 
-def test_sequence_ratio_by_hand():
+def test_sequence_ratio_by_hand(backend):  # noqa: F811
     # one path of 2 tokens, log-ratios 0.05 and 0.25, padding nan; A = 1, clip 0.2 / 0.2
     logp = torch.tensor([[0.0, 0.0, 0.0]])
     old = torch.tensor([[-0.05, -0.25, float("nan")]])
@@ -175,7 +175,7 @@ def config_loss(logp, sampling, mask, adv, **train):
     return grad_of(lambda x: surrogate_loss(x, torch.zeros_like(x), batch, cfg), logp)
 
 
-def test_clip_higher_widens_only_the_upper_bound():
+def test_clip_higher_widens_only_the_upper_bound(backend):  # noqa: F811
     # token 0: ratio 1.25 with A = +1; token 1: ratio 0.75 with A = -1 (two paths of one token)
     logp = torch.zeros(2, 1)
     sampling = torch.log(torch.tensor([[1 / 1.25], [1 / 0.75]]))
@@ -198,7 +198,7 @@ def test_clip_higher_widens_only_the_upper_bound():
     assert grad == pytest.approx([0.0, 0.75 / 2])
 
 
-def test_tis_option_weights_the_on_policy_loss():
+def test_tis_option_weights_the_on_policy_loss(backend):  # noqa: F811
     logp, old, adv, mask, _ = irregular(seed=9)
     sampling = torch.where(mask, logp - 0.3 * torch.arange(11.0) + 0.5, float("-inf"))
     loss, grad, stats = config_loss(logp, sampling, mask, adv, off_policy="tis", tis_cap=2.0)
