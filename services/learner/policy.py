@@ -14,8 +14,8 @@ import torch
 from brorl.runconfig import TrainConfig
 from services.learner import deepspeed_engine
 from services.learner import estimators
-from services.learner.kl_control import KLController
 from services.learner.batch import advantages_of, build_batches, max_tokens_of
+from services.learner.kl_control import KLController
 from services.learner.losses import policy_loss
 from services.learner.publish import export_final
 
