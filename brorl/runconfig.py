@@ -241,6 +241,28 @@ class DataConfig(StrictModel):
         return self
 
 
+class FixedKL(StrictModel):
+    kind: Literal["fixed"] = Field(description="train.kl_coef at every step.")
+
+
+class AdaptiveKL(StrictModel):
+    kind: Literal["adaptive"] = Field(
+        description="Proportional controller (Ziegler et al. 2019) from train.kl_coef: "
+        "coef *= 1 + clip(kl / target - 1, -0.2, 0.2) * paths / horizon after every update."
+    )
+    target: float = Field(
+        0.05, gt=0.0, description="Target of the measured per-token KL (nats, kl_estimator)."
+    )
+    horizon: int = Field(
+        10_000,
+        ge=1,
+        description="Paths over which a 20% error moves the coefficient by 20% (larger: slower).",
+    )
+
+
+KLControl = Annotated[Union[FixedKL, AdaptiveKL], Field(discriminator="kind")]
+
+
 class TrainConfig(StrictModel):
     steps: int = Field(100, ge=1, description="Policy updates in this run.")
     groups_per_step: int = Field(
@@ -280,6 +302,23 @@ class TrainConfig(StrictModel):
     tis_cap: float = Field(
         2.0, gt=0.0, description="Cap of the truncated importance weight (off_policy='tis')."
     )
+    ratio_level: Literal["token", "sequence"] = Field(
+        "token",
+        description="Importance ratios per token, or per path (GSPO): exp of the mean "
+        "log-ratio over the path's tokens, clipped per path; 'sequence' also makes the TIS "
+        "weight per path.",
+    )
+    kl_in: Literal["loss", "reward"] = Field(
+        "loss",
+        description="Where the KL to the reference goes: a term of the loss, or a per-token "
+        "penalty -coef * kl in the reward whose return-to-go is subtracted from each token's "
+        "advantage (REINFORCE++).",
+    )
+    kl_control: KLControl = Field(
+        default_factory=lambda: FixedKL(kind="fixed"),
+        description="KL coefficient: {kind: fixed} keeps kl_coef; {kind: adaptive, target, "
+        "horizon} steers it so the measured KL tracks target (docs/algorithms.md).",
+    )
     max_grad_norm: float = Field(1.0, gt=0.0, description="Gradient clipping.")
     micro_batch_paths: int = Field(
         256, ge=1, description="Paths per forward/backward chunk (memory bound)."
@@ -291,6 +330,15 @@ class TrainConfig(StrictModel):
         description="Fail the run after this many updates in a row skipped for a non-finite "
         "loss or gradient (each skip leaves weights and optimizer state untouched).",
     )
+
+    @model_validator(mode="after")
+    def _adaptive_kl_needs_a_start(self):
+        if self.kl_control.kind == "adaptive" and self.kl_coef <= 0:
+            raise ValueError(
+                "kl_control adaptive needs kl_coef > 0: its starting value (0 loads no "
+                "reference model and would stay 0)"
+            )
+        return self
 
 
 class AsyncConfig(StrictModel):

@@ -9,7 +9,7 @@ from kernels.advantages import group_advantages, group_advantages_reference
 from kernels.cutoffs import truncate_logits_reference
 from kernels.dispatch import use_triton
 from kernels.logprobs import token_logprobs_entropy, token_logprobs_entropy_reference
-from kernels.policy_loss import clipped_policy_loss, clipped_policy_loss_reference
+from kernels.policy_loss import clipped_policy_loss, clipped_policy_loss_reference, kl_estimate
 from kernels.truncated_logprobs import (
     truncated_logprobs_entropy,
     truncated_logprobs_entropy_reference,
@@ -20,6 +20,7 @@ __all__ = [
     "clipped_policy_loss_reference",
     "group_advantages",
     "group_advantages_reference",
+    "kl_estimate",
     "token_logprobs_entropy",
     "token_logprobs_entropy_reference",
     "truncate_logits_reference",

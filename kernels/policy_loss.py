@@ -33,6 +33,19 @@ _BLOCK = 1024
 # ----------------------------------------------------------------------------- reference
 
 
+def kl_estimate(logp, ref_logp, kl_estimator="k3") -> torch.Tensor:
+    """Per-token estimate of KL(pi || pi_ref) from the sampled token's log-probs (B, T):
+    k1 = logp - ref, k2 = (logp - ref)^2 / 2, k3 = exp(ref - logp) - 1 + (logp - ref)."""
+    log_r = ref_logp - logp  # log(pi_ref / pi)
+    if kl_estimator == "k1":
+        return -log_r
+    if kl_estimator == "k2":
+        return 0.5 * log_r**2
+    if kl_estimator == "k3":
+        return torch.exp(log_r) - 1.0 - log_r
+    raise ValueError(f"kl_estimator must be k1, k2 or k3, got {kl_estimator!r}")
+
+
 def clipped_policy_loss_reference(
     logp,
     old_logp,
@@ -58,15 +71,7 @@ def clipped_policy_loss_reference(
     den = m.sum().clamp(min=1.0)
     kl = torch.zeros_like(logp)
     if ref_logp is not None:
-        log_r = ref_logp.detach() - logp  # log(pi_ref / pi)
-        if kl_estimator == "k1":
-            kl = -log_r
-        elif kl_estimator == "k2":
-            kl = 0.5 * log_r**2
-        elif kl_estimator == "k3":
-            kl = torch.exp(log_r) - 1.0 - log_r
-        else:
-            raise ValueError(f"kl_estimator must be k1, k2 or k3, got {kl_estimator!r}")
+        kl = kl_estimate(logp, ref_logp.detach(), kl_estimator)
     loss = ((pg + kl_coef * kl) * m).sum() / den
     stats = {
         "clip_frac": (((s2 < s1).to(m.dtype) * m).sum() / den).detach(),

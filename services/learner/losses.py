@@ -1,12 +1,19 @@
 """The policy loss of one micro-batch: log-probs under the current weights at the sampling
 temperature and cut-offs (kernels.token_logprobs_entropy, kernels.truncated_logprobs_entropy),
-then the clipped surrogate (kernels)."""
+then the clipped surrogate (kernels) with the loss options of importance.py and the KL of
+kl_control.py."""
 
 from __future__ import annotations
 
 import torch
 
-from kernels import clipped_policy_loss, token_logprobs_entropy, truncated_logprobs_entropy
+from kernels import (
+    clipped_policy_loss,
+    kl_estimate,
+    token_logprobs_entropy,
+    truncated_logprobs_entropy,
+)
+from services.learner import importance, kl_control
 from services.learner.batch import Batch
 from services.learner.forward import completion_logits
 
@@ -28,40 +35,69 @@ def token_logprobs(model, batch: Batch) -> tuple[torch.Tensor, torch.Tensor]:
 def policy_loss(
     model, batch: Batch, train, ref_model=None
 ) -> tuple[torch.Tensor, dict[str, float]]:
-    """Loss (token mean over the micro-batch) and detached statistics.
-
-    off_policy="clip": ratio = π_θ / π_sampling, clipped to [1-clip_low, 1+clip_high] — the
-    clip is the importance correction for stale paths. off_policy="tis": ratio against the
-    learner's own recomputed log-probs (on-policy PPO) times a truncated importance weight
-    min(π_θ / π_sampling, tis_cap).
-    """
+    """Loss (token mean over the micro-batch) and detached statistics; the reference model
+    runs only when the KL has a weight (``train.kl_coef`` > 0)."""
     logp, entropy = token_logprobs(model, batch)  # (B, T), (B, T)
     ref_logp = None
     if ref_model is not None and train.kl_coef > 0:
         with torch.no_grad():
             ref_logp, _ = token_logprobs(ref_model, batch)
+    return surrogate_loss(logp, entropy, batch, train, ref_logp)
+
+
+def surrogate_loss(
+    logp, entropy, batch: Batch, train, ref_logp=None
+) -> tuple[torch.Tensor, dict[str, float]]:
+    """The loss from the chunk's (B, T) log-probs (pure; options in docs/algorithms.md).
+
+    off_policy="clip": ratio = π_θ / π_sampling (per token, or per path with
+    ratio_level="sequence"), clipped to [1-clip_low, 1+clip_high] — the clip is the importance
+    correction for stale paths. off_policy="tis": ratio against the learner's own recomputed
+    log-probs (on-policy PPO) times a truncated importance weight min(π_θ / π_sampling,
+    tis_cap) (importance.py). The KL to ``ref_logp`` is a loss term (kl_in="loss") or a
+    per-token reward penalty folded into the advantages (kl_in="reward", kl_control.py).
+    """
     mask = batch.loss_mask
-    tis_weight = None
+    level = train.ratio_level
+    tis = None
     if train.off_policy == "tis":
-        old_logp = logp.detach()
-        tis_weight = torch.exp(old_logp - batch.sampling_logp).clamp(max=train.tis_cap) * mask
+        old_logp = logp.detach()  # ratio 1 at either level: the TIS weight is the correction
+        tis = importance.tis_weight(logp, batch.sampling_logp, mask, train.tis_cap, level)
     else:
-        old_logp = batch.sampling_logp
+        old_logp = importance.ratio_baseline(logp, batch.sampling_logp, mask, level)
+    advantages, kl_ref, reward_kl = batch.advantages, ref_logp, None
+    if ref_logp is not None and train.kl_in == "reward":
+        reward_kl = kl_estimate(logp.detach(), ref_logp, train.kl_estimator)  # (B, T)
+        advantages = kl_control.kl_reward_advantages(
+            advantages, reward_kl, mask, train.kl_coef, batch.weight
+        )
+        kl_ref = None
     loss, stats = clipped_policy_loss(
         logp,
         old_logp,
-        batch.advantages,
+        advantages,
         mask,
         eps_low=train.clip_low,
         eps_high=train.clip_high,
-        ref_logp=ref_logp,
-        kl_coef=train.kl_coef,
+        ref_logp=kl_ref,
+        kl_coef=train.kl_coef if kl_ref is not None else 0.0,
         kl_estimator=train.kl_estimator,
-        tis_weight=tis_weight,
+        tis_weight=tis,
     )
     with torch.no_grad():
+        valid = mask != 0
         n = mask.sum().clamp(min=1)
+
+        def mean(x):  # masked token mean
+            return float(torch.where(valid, x, 0.0).sum() / n)
+
         out = {k: float(v) for k, v in stats.items()}
-        out["entropy"] = float((entropy.detach() * mask).sum() / n)
-        out["logp_gap"] = float(((logp.detach() - batch.sampling_logp).abs() * mask).sum() / n)
+        out["entropy"] = mean(entropy.detach())
+        out["logp_gap"] = mean((logp.detach() - batch.sampling_logp).abs())
+        if reward_kl is not None:
+            out["kl"] = mean(reward_kl)  # the measured KL, as kl_in="loss" reports it
+        if tis is not None:
+            out["tis_weight_mean"] = mean(tis)
+            raw = importance.tis_weight(logp, batch.sampling_logp, mask, float("inf"), level)
+            out["tis_capped_frac"] = mean((raw > train.tis_cap).float())
     return loss, out

@@ -21,6 +21,7 @@ from services.learner.batch import (
     max_tokens_of,
     rank_share,
 )
+from services.learner.kl_control import KLController
 from services.learner.losses import policy_loss
 from services.learner.publish import export_final
 
@@ -55,6 +56,8 @@ class Policy:
         # padding positions are masked out; any in-vocabulary id does
         ids = (model.config.pad_token_id, model.config.eos_token_id)
         self.pad_id = next((i for i in ids if isinstance(i, int)), 0)
+        # The reference is loaded once, only when the KL has a weight, and serves the KL term
+        # (kl_in loss or reward) and its metrics alike.
         self.ref_model = None
         if train.kl_coef > 0:
             self.ref_model = AutoModelForCausalLM.from_pretrained(
@@ -62,6 +65,7 @@ class Policy:
             )
             self.ref_model.eval().requires_grad_(False)
         self.engine = deepspeed_engine.build_engine(model, train, zero_stage)
+        self.kl = KLController(train)
 
     @property
     def model(self):
@@ -83,13 +87,15 @@ class Policy:
         clock.lap("batch")
         sums: Counter = Counter()
         self.engine.train()
+        coef = self.kl.coef  # this step's KL coefficient (kl_control)
+        step_train = train if coef == train.kl_coef else train.model_copy(update={"kl_coef": coef})
         # Several ranks (services.learner.ranks): each got the step's groups and runs its share.
         rank, world = deepspeed_engine.rank_and_world()
         share = rank_share(len(chunks), rank, world)
         same_calls = world > 1 and self.engine.zero_optimization_stage() == 3
         for j, (i, scale) in enumerate(share):
             chunk = at_least_two_positions(chunks[i], self.pad_id) if same_calls else chunks[i]
-            loss, stats = policy_loss(self.engine, chunk, train, self.ref_model)
+            loss, stats = policy_loss(self.engine, chunk, step_train, self.ref_model)
             clock.lap("forward")  # log-probs under the current (and reference) weights, loss
             if not deepspeed_engine.on_every_rank(bool(torch.isfinite(loss))):
                 return self._skip("loss", clock)
@@ -104,16 +110,19 @@ class Policy:
                     return self._skip("grad", clock)
             self.engine.step()  # the optimizer steps at the boundary only
             clock.lap("optimizer")
-            share_weight = weight * scale / world  # 0 for a repeated chunk
-            sums["learner/loss"] += float(loss.detach()) * share_weight
-            for k, v in stats.items():
-                sums[f"learner/{k}"] += v * share_weight
+            frac = scale / world  # this rank's part of the chunk: 0 for a repeated one
+            sums["learner/loss"] += float(loss.detach()) * weight * frac
+            for k, v in stats.items():  # token means, whatever the loss's denominator
+                sums[f"learner/{k}"] += v * chunk.tokens / total_tokens * frac
         if world > 1:  # the step's statistics over all ranks' chunks
             grad_norm = sums.pop("learner/grad_norm", 0.0)
             sums = Counter(deepspeed_engine.sum_over_ranks(dict(sums)))
             sums["learner/grad_norm"] = grad_norm
         sums.update({f"learner/{k}_s": v for k, v in clock.seconds.items()})
         rewards = [p.reward for g in groups for p in g.paths]
+        if self.ref_model is not None:
+            sums["learner/kl_coef"] = coef
+            self.kl.update(sums["learner/kl"], len(rewards))
         adv = torch.cat(advantages) if advantages else torch.zeros(0)
         sums.update(
             {
@@ -158,7 +167,10 @@ class Policy:
             return export_final(self.model, self.model_dir, out)
 
     def save_checkpoint(self, directory: str, tag: str, client_state: dict) -> None:
-        deepspeed_engine.save_checkpoint(self.engine, directory, tag, client_state)
+        state = {**client_state, "kl_control": self.kl.state()}
+        deepspeed_engine.save_checkpoint(self.engine, directory, tag, state)
 
     def load_checkpoint(self, directory: str) -> dict:
-        return deepspeed_engine.load_checkpoint(self.engine, directory)
+        client = deepspeed_engine.load_checkpoint(self.engine, directory)
+        self.kl.restore(client.pop("kl_control", None))
+        return client

@@ -13,6 +13,7 @@ from kernels import group_advantages
 from services.learner import estimators, policy
 from services.learner.batch import advantages_of
 from services.learner.estimators import advantages, advantages_reference
+from services.learner.kl_control import KLController
 
 EPS = estimators.EPS
 
@@ -185,13 +186,15 @@ def test_the_run_configs_estimator_reaches_the_update(estimator, monkeypatch):
     def fake_loss(engine, chunk, train, ref_model):
         for row, i in enumerate(chunk.path_index.tolist()):
             seen["advantages"][(chunk.group_index, i)] = float(chunk.advantages[row])
-        return torch.tensor(1.0), {}  # token-mean loss 1 in every chunk
+        return torch.tensor(1.0), {"clip_frac": 0.5}  # token-mean loss 1 in every chunk
 
     monkeypatch.setattr(policy, "advantages_of", spy_advantages_of)
     monkeypatch.setattr(policy, "policy_loss", fake_loss)
     monkeypatch.setattr(policy.deepspeed_engine, "grad_norm", lambda engine: 0.0)
     groups = [make_group("a", [1, 2, 3], [1.0, 0.0, 0.0]), make_group("b", [4, 2], [0.0, 1.0])]
-    fake = SimpleNamespace(train=cfg.train, pad_id=0, engine=FakeEngine(), ref_model=None)
+    fake = SimpleNamespace(
+        train=cfg.train, pad_id=0, engine=FakeEngine(), ref_model=None, kl=KLController(cfg.train)
+    )
     out = policy.Policy.update(fake, groups)
 
     assert seen["estimators"] == [estimator]
@@ -205,6 +208,7 @@ def test_the_run_configs_estimator_reaches_the_update(estimator, monkeypatch):
     assert sum(fake.engine.backward_losses) == pytest.approx(total)
     assert out["learner/loss"] == pytest.approx(total)
     assert fake.engine.boundaries[-1] is True and out["learner/tokens"] == 12.0
+    assert out["learner/clip_frac"] == pytest.approx(0.5)  # statistics: token means, any loss
 
 
 def test_advantages_of_defaults_to_grpo():
