@@ -270,6 +270,17 @@ class TrainConfig(StrictModel):
     )
     lr: float = Field(1e-4, gt=0.0, le=1.0, description="Adam learning rate.")
     weight_decay: float = Field(0.0, ge=0.0, description="AdamW weight decay.")
+    optimizer: Literal["adamw", "onebit_adam", "zero_one_adam"] = Field(
+        "adamw",
+        description="'adamw' (torch's, inside DeepSpeed), or DeepSpeed's communication-"
+        "compressed 1-bit Adam / 0/1 Adam (CUDA + NCCL, ZeRO 0, and a DeepSpeed that still has "
+        "them; refused otherwise, docs/scaling.md).",
+    )
+    onebit_freeze_steps: int = Field(
+        100,
+        ge=1,
+        description="1-bit / 0/1 Adam: steps of plain Adam (its warm-up) before compression.",
+    )
     clip_low: float = Field(
         0.2, ge=0.0, le=1.0, description="PPO clip below: ratio >= 1 - clip_low."
     )

@@ -94,6 +94,39 @@ def ds_config(train, zero_stage: int) -> dict:
     }
 
 
+# DeepSpeed's names of the compressed optimizers, and the module each lived in (DeepSpeed
+# removed them in its 2026-09 clean-up, deepspeedai/DeepSpeed#8490).
+COMPRESSED = {
+    "onebit_adam": ("OneBitAdam", "deepspeed.runtime.fp16.onebit.adam"),
+    "zero_one_adam": ("ZeroOneAdam", "deepspeed.runtime.fp16.onebit.zoadam"),
+}
+
+
+def check_optimizer(train, zero_stage: int, cuda: bool) -> str:
+    """Why ``train.optimizer`` cannot run on this learner ('' when it can)."""
+    if train.optimizer not in COMPRESSED:
+        return ""
+    import importlib.util
+
+    name, module = COMPRESSED[train.optimizer]
+    if not cuda:
+        return (
+            f"{name} needs CUDA and NCCL (DeepSpeed refuses it on its CPU accelerator); this "
+            "learner runs on CPU: use optimizer adamw"
+        )
+    if zero_stage:
+        return f"{name} does not work with ZeRO (stage {zero_stage} here): set zero_stage 0"
+    if importlib.util.find_spec(module.rsplit(".", 1)[0]) is None:
+        import deepspeed
+
+        return (
+            f"the installed DeepSpeed {deepspeed.__version__} has no {name} (removed in "
+            "deepspeedai/DeepSpeed#8490): install a DeepSpeed release that still ships it, "
+            "or use optimizer adamw"
+        )
+    return ""
+
+
 def build_engine(model, train, zero_stage: int = 0):
     """Wrap ``model`` in a DeepSpeed engine with AdamW; returns the engine."""
     import torch
@@ -101,16 +134,28 @@ def build_engine(model, train, zero_stage: int = 0):
     init_distributed()
     import deepspeed
 
-    # A client AdamW avoids JIT-compiling FusedAdam on CPU (about a minute on first use).
-    optimizer = torch.optim.AdamW(
-        [p for p in model.parameters() if p.requires_grad],
-        lr=train.lr,
-        weight_decay=train.weight_decay,
-        betas=(0.9, 0.99),
-    )
-    engine, _, _, _ = deepspeed.initialize(
-        model=model, optimizer=optimizer, config=ds_config(train, zero_stage)
-    )
+    params = [p for p in model.parameters() if p.requires_grad]
+    config = ds_config(train, zero_stage)
+    if train.optimizer in COMPRESSED:  # DeepSpeed builds it from its JSON
+        config["optimizer"] = {
+            "type": COMPRESSED[train.optimizer][0],
+            "params": {
+                "lr": train.lr,
+                "weight_decay": train.weight_decay,
+                "betas": [0.9, 0.99],
+                "freeze_step": train.onebit_freeze_steps,
+                "var_freeze_step": train.onebit_freeze_steps,
+                "cuda_aware": False,
+                "comm_backend_name": "nccl",
+            },
+        }
+        engine, _, _, _ = deepspeed.initialize(model=model, model_parameters=params, config=config)
+    else:
+        # A client AdamW avoids JIT-compiling FusedAdam on CPU (about a minute on first use).
+        optimizer = torch.optim.AdamW(
+            params, lr=train.lr, weight_decay=train.weight_decay, betas=(0.9, 0.99)
+        )
+        engine, _, _, _ = deepspeed.initialize(model=model, optimizer=optimizer, config=config)
     log.info("DeepSpeed engine ready (ZeRO %d, %s)", zero_stage, type(engine.optimizer).__name__)
     return engine
 

@@ -94,6 +94,11 @@ class LearnerServicer(learner_pb2_grpc.LearnerServiceServicer):
         self.read_roots.confine(cfg)  # before anything looks at the files
         if not Path(cfg.model).is_dir():
             raise InvalidArgument("model", f"directory {cfg.model} does not exist")
+        from services.learner.deepspeed_engine import check_optimizer
+
+        refused = check_optimizer(cfg.train, self.config.zero_stage, torch.cuda.is_available())
+        if refused:
+            raise InvalidArgument("train.optimizer", refused)
         # Bad data is the caller's error: report it now (this also fills the model's defaults
         # into cfg, so config.yaml records them).
         prompts = load_run_prompts(cfg)
