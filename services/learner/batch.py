@@ -40,6 +40,15 @@ class Batch:
     def __len__(self) -> int:
         return self.targets.shape[0]
 
+    def to(self, device) -> "Batch":
+        """The same chunk with every tensor on ``device`` (the learner's engine device)."""
+        moved = {
+            f.name: getattr(self, f.name).to(device, non_blocking=True)
+            for f in dataclasses.fields(self)
+            if isinstance(getattr(self, f.name), torch.Tensor)
+        }
+        return dataclasses.replace(self, **moved)
+
     @property
     def tokens(self) -> int:
         return int(self.loss_mask.sum().item())
@@ -51,16 +60,21 @@ class Batch:
         return self.prompt_ids.shape[0] + len(self) * (self.targets.shape[1] - 1)
 
 
-def group_rewards(group: common_pb2.PathGroup) -> torch.Tensor:
-    return torch.tensor([p.reward for p in group.paths], dtype=torch.float32)  # (G,)
+def group_rewards(group: common_pb2.PathGroup, device=None) -> torch.Tensor:
+    return torch.tensor([p.reward for p in group.paths], dtype=torch.float32, device=device)  # (G,)
 
 
 def advantages_of(
-    groups: list[common_pb2.PathGroup], normalize_std: bool, estimator: str = "grpo"
+    groups: list[common_pb2.PathGroup],
+    normalize_std: bool,
+    estimator: str = "grpo",
+    device=None,
 ) -> list[torch.Tensor]:
-    """One (G,) advantage tensor per group, by ``train.estimator`` (estimators.py). Groups may
-    differ in size; grpo stacks equal sizes into one (P, G) call of the kernel."""
-    return estimators.advantages([group_rewards(g) for g in groups], estimator, normalize_std)
+    """One (G,) advantage tensor per group, by ``train.estimator`` (estimators.py), computed on
+    ``device`` (the Triton kernel on CUDA) and returned on the CPU, where chunks are built.
+    Groups may differ in size; grpo stacks equal sizes into one (P, G) call of the kernel."""
+    rewards = [group_rewards(g, device) for g in groups]
+    return [a.cpu() for a in estimators.advantages(rewards, estimator, normalize_std)]
 
 
 def rank_share(n_chunks: int, rank: int, world: int) -> list[tuple[int, float]]:

@@ -67,7 +67,7 @@ def _group_kernel(
     for size, idx in by_size.items():
         if size == 0:
             for i in idx:
-                out[i] = torch.zeros(0)
+                out[i] = torch.zeros(0, device=groups_rewards[i].device)
             continue
         rewards = torch.stack([groups_rewards[i] for i in idx])  # (P, G)
         adv, _ = group_advantages(rewards, normalize_std=normalize_std, eps=eps)  # (P, G)

@@ -29,7 +29,7 @@ def completion_logits(model, batch: Batch) -> torch.Tensor:
         return first.float()
     cache = _expanded(out.past_key_values, b)
     P = prompt.shape[1]
-    positions = torch.arange(P, P + C - 1)[None, :].expand(b, -1)  # (b, C-1)
+    positions = torch.arange(P, P + C - 1, device=prompt.device)[None, :].expand(b, -1)  # (b, C-1)
     # Right padding needs no attention mask: a real token never attends to a later pad.
     rest = model(
         input_ids=batch.targets[:, :-1],

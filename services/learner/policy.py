@@ -65,6 +65,12 @@ class Policy:
             )
             self.ref_model.eval().requires_grad_(False)
         self.engine = deepspeed_engine.build_engine(model, train, zero_stage)
+        # Batches, the reference model and every loss tensor live on the engine's device; on
+        # CUDA the forward runs under bf16 autocast (fp32 master weights and loss math).
+        self.device = self.engine.device
+        self.autocast = self.device.type == "cuda"
+        if self.ref_model is not None:
+            self.ref_model.to(self.device)
         self.kl = KLController(train)
 
     @property
@@ -77,7 +83,7 @@ class Policy:
         paths × max_tokens, estimators.loss_denominator); returns learner/* statistics."""
         train = self.train
         clock = PhaseClock()
-        advantages = advantages_of(groups, train.normalize_std, train.estimator)
+        advantages = advantages_of(groups, train.normalize_std, train.estimator, self.device)
         chunks = build_batches(groups, advantages, self.pad_id, train.micro_batch_paths)
         total_tokens = max(sum(c.tokens for c in chunks), 1)
         paths = sum(len(c) for c in chunks)
@@ -95,7 +101,9 @@ class Policy:
         same_calls = world > 1 and self.engine.zero_optimization_stage() == 3
         for j, (i, scale) in enumerate(share):
             chunk = at_least_two_positions(chunks[i], self.pad_id) if same_calls else chunks[i]
-            loss, stats = policy_loss(self.engine, chunk, step_train, self.ref_model)
+            chunk = chunk.to(self.device)
+            with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.autocast):
+                loss, stats = policy_loss(self.engine, chunk, step_train, self.ref_model)
             clock.lap("forward")  # log-probs under the current (and reference) weights, loss
             if not deepspeed_engine.on_every_rank(bool(torch.isfinite(loss))):
                 return self._skip("loss", clock)

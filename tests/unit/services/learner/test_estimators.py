@@ -179,9 +179,9 @@ def test_the_run_configs_estimator_reaches_the_update(estimator, monkeypatch):
     seen = {"estimators": [], "advantages": {}}
     real_advantages_of = policy.advantages_of
 
-    def spy_advantages_of(groups, normalize_std, estimator):
+    def spy_advantages_of(groups, normalize_std, estimator, device=None):
         seen["estimators"].append(estimator)
-        return real_advantages_of(groups, normalize_std, estimator)
+        return real_advantages_of(groups, normalize_std, estimator, device)
 
     def fake_loss(engine, chunk, train, ref_model):
         for row, i in enumerate(chunk.path_index.tolist()):
@@ -193,7 +193,13 @@ def test_the_run_configs_estimator_reaches_the_update(estimator, monkeypatch):
     monkeypatch.setattr(policy.deepspeed_engine, "grad_norm", lambda engine: 0.0)
     groups = [make_group("a", [1, 2, 3], [1.0, 0.0, 0.0]), make_group("b", [4, 2], [0.0, 1.0])]
     fake = SimpleNamespace(
-        train=cfg.train, pad_id=0, engine=FakeEngine(), ref_model=None, kl=KLController(cfg.train)
+        train=cfg.train,
+        pad_id=0,
+        engine=FakeEngine(),
+        ref_model=None,
+        kl=KLController(cfg.train),
+        device=torch.device("cpu"),
+        autocast=False,
     )
     out = policy.Policy.update(fake, groups)
 
