@@ -144,3 +144,19 @@ def test_backbone_option_fine_tunes_a_local_model(tmp_path, capsys):
         rm_train.main(["--data", str(tmp_path / "missing.jsonl"), "--out", str(tmp_path / "x")])
         == 2
     )
+
+
+def test_the_datas_own_margins_are_used_by_default(tmp_path):
+    from services.reward.training.rm_train import load_pairs, pair_margins
+
+    rows = [{"prompt": "p", "chosen": "a", "rejected": "b", "margin": i % 3} for i in range(9)]
+    rows.append({"prompt": "q", "chosen": "a", "rejected": "b"})  # no margin: the default
+    path = tmp_path / "prefs.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    pairs = load_pairs(path)
+    assert pair_margins(pairs, 0.5, 2.0, True) == [0.0, 2.0, 4.0] * 3 + [0.5]
+    assert pair_margins(pairs, 0.5, 2.0, False) == [0.5] * 10
+    rows[0]["margin"] = "big"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    with pytest.raises(ValueError, match="1: margin must be a finite number"):
+        load_pairs(path)

@@ -5,15 +5,17 @@
     python -m services.reward.training.rm_train --generate 20000 --data prefs.jsonl \\
         --out runs/rm   # make the set first
 
-Input: JSONL lines ``{"prompt", "chosen", "rejected"}``. 10% of the prompts (all their pairs) are
+Input: JSONL lines ``{"prompt", "chosen", "rejected"}``, optionally with a numeric ``margin`` (how
+much better chosen is, e.g. a rating difference). 10% of the prompts (all their pairs) are
 held out for validation. Model: a transformers backbone with a scalar head
 (``AutoModelForSequenceClassification``, num_labels=1, scored at the last token); without
 ``--backbone`` a tiny char-level Qwen2 is built from scratch (its vocabulary: the data's
-characters). Loss: ``-log sigmoid(s_chosen - s_rejected - margin)`` plus a small penalty on the
-scores' size so they stay centred. Reports (one JSON object on stdout, also saved in
-DIR/brorl_rm.json): validation pairwise accuracy, calibration (ECE of sigmoid(score difference),
-10 bins), steps, seconds. DIR is loadable with ``from_pretrained`` and served by the reward service
-(``type: reward_model``).
+characters). Loss: ``-log sigmoid(s_chosen - s_rejected - m)`` plus a small penalty on the
+scores' size so they stay centred; m is the pair's own ``margin`` times ``--margin-scale`` when the
+data carries one (on by default; ``--no-data-margin`` ignores them), else ``--margin``.
+Reports (one JSON object on stdout, also saved in DIR/brorl_rm.json): validation pairwise
+accuracy, calibration (ECE of sigmoid(score difference), 10 bins), steps, seconds. DIR is loadable
+with ``from_pretrained`` and served by the reward service (``type: reward_model``).
 """
 
 from __future__ import annotations
@@ -45,10 +47,24 @@ def load_pairs(path: str | Path) -> list[dict]:
             isinstance(row.get(k), str) for k in ("prompt", "chosen", "rejected")
         ):
             raise ValueError(f"{path}:{lineno}: needs string fields prompt, chosen, rejected")
+        m = row.get("margin")
+        if m is not None and (
+            isinstance(m, bool) or not isinstance(m, (int, float)) or not math.isfinite(m)
+        ):
+            raise ValueError(f"{path}:{lineno}: margin must be a finite number, got {m!r}")
         pairs.append(row)
     if len(pairs) < 10:
         raise ValueError(f"{path}: {len(pairs)} pairs; need at least 10")
     return pairs
+
+
+def pair_margins(pairs: list[dict], default: float, scale: float, use_data: bool) -> list[float]:
+    """The margin m of each pair in the loss: its own ``margin`` × ``scale`` when the data has
+    one and ``use_data``, else ``default``."""
+    return [
+        scale * float(p["margin"]) if use_data and p.get("margin") is not None else default
+        for p in pairs
+    ]
 
 
 def split_pairs(
@@ -207,9 +223,10 @@ def train(args) -> dict:
         ids, mask = encode(tok, texts, args.max_length, eos)
         scores = model(input_ids=ids, attention_mask=mask).logits[:, 0]  # (2B,)
         chosen, rejected = scores[: len(batch)], scores[len(batch) :]
-        loss = (
-            -F.logsigmoid(chosen - rejected - args.margin).mean() + args.center * (scores**2).mean()
-        )
+        m = torch.tensor(
+            pair_margins(batch, args.margin, args.margin_scale, not args.no_data_margin)
+        )  # (B,)
+        loss = -F.logsigmoid(chosen - rejected - m).mean() + args.center * (scores**2).mean()
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
@@ -266,6 +283,10 @@ def train(args) -> dict:
                 "append_eos": eos,
                 "max_length": args.max_length,
                 "margin": args.margin,
+                "data_margins": sum(p.get("margin") is not None for p in train_pairs)
+                if not args.no_data_margin
+                else 0,
+                "margin_scale": args.margin_scale,
                 "metrics": metrics,
             },
             indent=2,
@@ -305,7 +326,16 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--batch-size", type=int, default=64, help="pairs per step")
     p.add_argument("--lr", type=float, default=2e-3)
     p.add_argument("--warmup", type=int, default=100, help="linear warm-up steps")
-    p.add_argument("--margin", type=float, default=0.0, help="m in -log sigmoid(s_c - s_r - m)")
+    p.add_argument(
+        "--margin", type=float, default=0.0, help="m in -log sigmoid(s_c - s_r - m) for pairs "
+        "without a margin of their own"
+    )
+    p.add_argument(
+        "--margin-scale", type=float, default=1.0, help="multiplies the data's own margins"
+    )
+    p.add_argument(
+        "--no-data-margin", action="store_true", help="ignore the data's margin field"
+    )
     p.add_argument("--center", type=float, default=1e-3, help="weight of the mean squared score")
     p.add_argument("--val-fraction", type=float, default=0.1)
     p.add_argument("--max-length", type=int, default=64, help="tokens per sequence")
