@@ -9,6 +9,7 @@ import time
 from collections import Counter
 from pathlib import Path
 
+import numpy as np
 import torch
 
 from brorl.runconfig import TrainConfig
@@ -125,13 +126,20 @@ class Policy:
             **{f"learner/{k}_s": v for k, v in clock.seconds.items()},
         }
 
-    def save_weights(self, directory: Path) -> None:
-        """The policy's weights in Hugging Face format (safetensors; tied embeddings once).
-        Refuses weights with a NaN/inf: such a version must never reach the workers."""
+    def weights(self) -> dict[str, np.ndarray]:
+        """The policy's fp32 master weights for publication: Hugging Face names, tied tensors
+        once (as save_pretrained writes them), float32 numpy views of the parameters. Refuses
+        weights with a NaN/inf: such a version must never reach the workers."""
         bad = [n for n, p in self.model.named_parameters() if not torch.isfinite(p).all()]
         if bad:
             raise FloatingPointError(f"non-finite weights in {bad[:3]}; not published")
-        self.model.save_pretrained(directory, safe_serialization=True)
+        out, seen = {}, set()
+        for name, tensor in self.model.state_dict().items():
+            if tensor.data_ptr() in seen:
+                continue  # a tied weight (lm_head = embed_tokens)
+            seen.add(tensor.data_ptr())
+            out[name] = tensor.detach().float().cpu().contiguous().numpy()
+        return out
 
     def export(self, out: Path) -> Path:
         return export_final(self.model, self.model_dir, out)

@@ -33,7 +33,7 @@ from services.learner.dead_letters import DeadLetterWatch
 from services.learner.intake import GroupIntake
 from services.learner.jobfeed import JobFeed
 from services.learner.prompts import load_prompts
-from services.learner.publish import publish_version
+from services.learner.publish import WeightPublisher
 from services.learner.runstate import RunState
 from services.learner.samples_log import write_samples
 from services.learner.seen_groups import SeenGroups
@@ -59,6 +59,9 @@ class Trainer:
         self.run_id, self.cfg, self.state, self.channels = run_id, cfg, state, channels
         self.registry, self.store, self.build_policy = registry, store, build_policy
         self.keep_versions, self.resume = keep_versions, resume
+        self.publisher = WeightPublisher(
+            store, cfg.weights.serving_dtype, cfg.weights.keyframe_every
+        )
         self.feed = JobFeed(
             run_id,
             cfg,
@@ -161,9 +164,8 @@ class Trainer:
     # -- weights and checkpoints ----------------------------------------------------------------
     def publish(self) -> None:
         self.version += 1
-        publish_version(
-            self.policy.save_weights,
-            self.store,
+        self.publisher.publish(
+            self.policy.weights,
             lambda p: self._redis(lambda: self.channels.publish_weights(p), "publishing weights"),
             self.version,
             self.step,
