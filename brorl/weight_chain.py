@@ -40,6 +40,7 @@ class Step:
     path: str
     manifest: dict
     sha256: str  # of the manifest
+    payload: bytes = b""  # a delta's file, read and hash-checked once by the fetch
 
     @property
     def serving(self) -> dict:
@@ -83,16 +84,19 @@ def plan_chain(newest: Step, held: Held, run_id: str) -> list[int]:
     return list(range(k, v + 1))
 
 
-def read_step(path: Path, version: int, sha256: str = "") -> Step:
-    """Verify a version directory (marker, manifest, file hashes) and describe it."""
+def read_step(path: Path, version: int, sha256: str = "", serving: bool = True) -> Step:
+    """Verify a version directory (marker, manifest, file hashes) and describe it; a delta's
+    file comes along as checked bytes (small: the engine then reads nothing). ``serving``:
+    refuse a version without a serving section (a plain Hugging Face directory)."""
+    read = {codec.DELTA_FILE: b""}
     try:
-        manifest = verify_dir(path, version, sha256)
+        manifest = verify_dir(path, version, sha256, read)
     except (FailedPrecondition, OSError, ValueError) as exc:
         raise ChainError(version, str(exc)) from None
-    if "serving" not in manifest:
+    if serving and "serving" not in manifest:
         raise ChainError(version, "manifest has no serving section (not a keyframe/delta)")
     digest = sha256 or (path / "STABLE").read_text().strip()
-    return Step(version, str(path), manifest, digest)
+    return Step(version, str(path), manifest, digest, read[codec.DELTA_FILE])
 
 
 def verified_steps(
@@ -146,7 +150,7 @@ class ServingState:
             if self.held.sha256 != serving["base_sha256"] or self.dtype != serving["dtype"]:
                 raise ChainError(step.version, "the held state is not this delta's base")
             try:
-                payload = (Path(step.path) / codec.DELTA_FILE).read_bytes()
+                payload = step.payload or (Path(step.path) / codec.DELTA_FILE).read_bytes()
                 decoded = codec.decode_delta(payload, self.tensors)
             except (codec.CodecError, OSError, KeyError, ValueError) as exc:
                 raise ChainError(step.version, f"delta unreadable: {exc}") from None

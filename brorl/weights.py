@@ -121,10 +121,11 @@ def _kind(path: Path) -> str:
         return "full"  # unreadable: not part of a chain anyone can use
 
 
-def verify_dir(path: Path, version: int, sha256: str = "") -> dict:
+def verify_dir(path: Path, version: int, sha256: str = "", read: dict | None = None) -> dict:
     """Check a version directory: STABLE marker, manifest hash (== ``sha256`` when given, else
     == the marker's content: a version verifies itself without its pointer) and every file's
-    hash. Returns the manifest."""
+    hash. Returns the manifest. Files named in ``read`` are read whole and their checked bytes
+    stored there (each file is read once)."""
     if not (path / STABLE).is_file():
         raise FailedPrecondition(
             f"weight version {version} at {path} is not complete (no STABLE marker)"
@@ -138,6 +139,13 @@ def verify_dir(path: Path, version: int, sha256: str = "") -> dict:
         )
     manifest = json.loads((path / MANIFEST).read_text())
     for name, info in manifest["files"].items():
-        if not (path / name).exists() or sha256_file(path / name) != info["sha256"]:
+        if not (path / name).exists():
+            raise FailedPrecondition(f"weight version {version}: file {name} is missing")
+        if read is not None and name in read:
+            read[name] = (path / name).read_bytes()
+            digest = hashlib.sha256(read[name]).hexdigest()
+        else:
+            digest = sha256_file(path / name)
+        if digest != info["sha256"]:
             raise FailedPrecondition(f"weight version {version}: file {name} is corrupt")
     return manifest

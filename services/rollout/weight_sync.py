@@ -26,10 +26,8 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from brorl.errors import FailedPrecondition
 from brorl.v1 import common_pb2
-from brorl.weight_chain import ChainError, Held, Step, plan_chain, verified_steps
-from brorl.weights import verify_dir
+from brorl.weight_chain import ChainError, Held, Step, plan_chain, read_step, verified_steps
 
 log = logging.getLogger(__name__)
 
@@ -79,7 +77,7 @@ class WeightSync:
                 job.reported = True
                 self.counts["rollout/weights_fetch_stalls"] += 1
                 log.warning(
-                    "fetching weight version %d has taken over %.0fs (deadline); still serving "
+                    "fetching weight version %d has taken over %.1fs (deadline); still serving "
                     "version %d",
                     job.pointer.version,
                     self.deadline_s,
@@ -102,14 +100,13 @@ class WeightSync:
     def _run_fetch(self, job: _Fetch, held: Held) -> None:
         pointer, path = job.pointer, Path(job.pointer.uri)
         try:
-            manifest = verify_dir(path, pointer.version, pointer.sha256)
-        except (FailedPrecondition, OSError, ValueError) as exc:
-            job.error = ChainError(pointer.version, str(exc))
+            newest = read_step(path, pointer.version, pointer.sha256, serving=False)
+        except ChainError as exc:
+            job.error = exc
             return
-        if "serving" not in manifest:
+        if "serving" not in newest.manifest:
             job.hf_dir = str(path)
             return
-        newest = Step(pointer.version, str(path), manifest, pointer.sha256)
         versions = plan_chain(newest, held, job.run_id)
         for i, u in enumerate(versions):
             if (job.run_id, u) in self._bad:  # rejected before: wait for a newer keyframe
