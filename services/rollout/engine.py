@@ -217,6 +217,7 @@ class RolloutEngine:
         self.max_model_len = max_model_len
         self.weight_version = 0  # the weights in model_path
         self.serving = Held()  # the published version the model holds (none: model_path / a dir)
+        self.last_apply: dict[str, float] = {}  # seconds of the last apply_weight_chain
         # engine-side phases of the last generate() call (services.rollout.phases)
         self.last_phases: dict[str, float] = {}
         # Tensor names of the initial checkpoint: a reload must provide all of them (a tied
@@ -356,6 +357,7 @@ class RolloutEngine:
             "brorl_apply_chain", args=([dataclasses.asdict(s) for s in steps], run_id, careful)
         )
         result = ChainResult(Held(**out["held"]), Held(**out["loaded"]), out["error"])
+        self.last_apply = {k: v for k, v in out.items() if isinstance(v, (int, float))}
         if result.loaded.version >= 0 and result.loaded != self.serving:
             self._llm.reset_prefix_cache()  # cached KV blocks were computed with the old weights
             self.serving, self.weight_version = result.loaded, result.loaded.version

@@ -19,6 +19,8 @@ Face directory) loads through ``engine.load_weights``.
 
 from __future__ import annotations
 
+import hashlib
+import json
 import logging
 import threading
 import time
@@ -27,6 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from brorl.v1 import common_pb2
+from brorl.weights import MANIFEST
 from brorl.weight_chain import ChainError, Held, Step, plan_chain, read_step, verified_steps
 
 log = logging.getLogger(__name__)
@@ -99,20 +102,26 @@ class WeightSync:
 
     def _run_fetch(self, job: _Fetch, held: Held) -> None:
         pointer, path = job.pointer, Path(job.pointer.uri)
+        broken = None
         try:
             newest = read_step(path, pointer.version, pointer.sha256, serving=False)
-        except ChainError as exc:
-            job.error = exc
-            return
+        except ChainError as exc:  # its manifest may still be sound: reach the version before
+            broken, newest = exc, _authentic_manifest(path, pointer)
+            if newest is None or "serving" not in newest.manifest:
+                job.error = exc
+                return
         if "serving" not in newest.manifest:
             job.hf_dir = str(path)
             return
         versions = plan_chain(newest, held, job.run_id)
+        if broken is not None:
+            versions = versions[:-1]
         for i, u in enumerate(versions):
             if (job.run_id, u) in self._bad:  # rejected before: wait for a newer keyframe
                 versions = versions[:i]
                 break
         job.steps, job.error = verified_steps(newest, versions, held.sha256)
+        job.error = job.error or broken
 
     def _apply(self, job: _Fetch) -> bool:
         before = (self.loaded_run, self.engine.weight_version)
@@ -153,3 +162,14 @@ class WeightSync:
         if remember:
             self._bad.add((run_id, error.version))
         log.warning("rejected %s; serving version %d", error, self.engine.weight_version)
+
+
+def _authentic_manifest(path: Path, pointer) -> Step | None:
+    """The newest version's manifest when it matches the pointer's sha256 (its files may not)."""
+    try:
+        raw = (path / MANIFEST).read_bytes()
+    except OSError:
+        return None
+    if hashlib.sha256(raw).hexdigest() != pointer.sha256:
+        return None
+    return Step(pointer.version, str(path), json.loads(raw), pointer.sha256)

@@ -120,3 +120,17 @@ def test_a_stalled_fetch_is_reported_and_the_old_version_keeps_serving(tmp_path)
         if writer is None or writer.is_alive():  # unblock the fetch thread
             with open(delta, "wb", buffering=0) as f:
                 f.write(payload)
+
+
+def test_a_corrupt_newest_delta_leaves_the_worker_on_the_version_before(tmp_path):
+    run = VersionRun(tmp_path, keyframe_every=10, lr=1e-4)
+    engine = StateEngine()
+    sync = WeightSync(engine, threading.Lock(), deadline_s=5)
+    sync.sync("r", run.publish())
+    run.publish_many(2)
+    bad = Path(run.pointers[2].uri) / codec.DELTA_FILE
+    bad.write_bytes(bad.read_bytes()[:-1])  # truncated
+    assert sync.sync("r", run.pointers[-1]) and serving(engine, run, 1)
+    assert sync.counts["rollout/weights_rejected"] == 1
+    assert not sync.sync("r", run.pointers[-1])  # the same pointer is not tried again
+    assert sync.counts["rollout/weights_rejected"] == 1
