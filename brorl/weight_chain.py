@@ -200,3 +200,18 @@ def _check_hashes(step: Step, tensors: dict[str, np.ndarray]) -> None:
     for name, bits in tensors.items():
         if codec.tensor_sha256(bits) != want[name]["sha256"]:
             raise ChainError(step.version, f"tensor {name}: sha256 of the reconstruction differs")
+
+
+def reconstruct(path: Path) -> ServingState:
+    """The serving state of the version in ``path`` (a weight-store directory), rebuilt from its
+    chain's keyframe with every step's hashes checked; raises ChainError. For readers that
+    are not workers (evaluation of published versions)."""
+    path = Path(path)
+    version = int(path.name.lstrip("v"))
+    newest = read_step(path, version)
+    steps, error = verified_steps(newest, plan_chain(newest, Held(), ""), "")
+    if error is not None:
+        raise error
+    state = ServingState()
+    state.apply_chain(steps, "", careful=True)
+    return state

@@ -158,3 +158,16 @@ def test_prune_never_removes_the_keyframe_of_the_live_chain(tmp_path):
         store.commit(v, staging)
     store.prune(2)
     assert sorted(p.name for p in store.root.glob("v*")) == ["v00000002", "v00000003"]
+
+
+def test_reconstruct_rebuilds_any_published_version_from_its_keyframe(tmp_path):
+    from brorl.weight_chain import reconstruct
+
+    run = VersionRun(tmp_path, keyframe_every=4, lr=1e-4)
+    run.publish_many(7)
+    for v in (0, 2, 4, 6):
+        assert_exact(reconstruct(Path(run.pointers[v].uri)), run, v)
+    shutil_target = Path(run.pointers[5].uri) / codec.DELTA_FILE
+    shutil_target.write_bytes(b"broken")
+    with pytest.raises(ChainError, match="weight version 5"):
+        reconstruct(Path(run.pointers[6].uri))
