@@ -55,6 +55,7 @@ class WeightPublisher:
             and last.version == version - 1
             and version - last.keyframe < self.keyframe_every
             and last.bits.keys() == bits.keys()
+            and all(last.bits[n].shape == b.shape for n, b in bits.items())
         )
         staging = self.store.staging_dir(version)
         changed = sum(b.size for b in bits.values())
