@@ -171,3 +171,18 @@ def test_reconstruct_rebuilds_any_published_version_from_its_keyframe(tmp_path):
     shutil_target.write_bytes(b"broken")
     with pytest.raises(ChainError, match="weight version 5"):
         reconstruct(Path(run.pointers[6].uri))
+
+
+def test_a_version_from_another_chain_breaks_the_link(tmp_path):
+    import shutil
+
+    a = VersionRun(tmp_path / "a", keyframe_every=100, lr=1e-4, seed=0)
+    b = VersionRun(tmp_path / "b", keyframe_every=100, lr=1e-4, seed=1)
+    a.publish_many(5)
+    b.publish_many(5)
+    shutil.rmtree(a.pointers[2].uri)
+    shutil.copytree(b.pointers[2].uri, a.pointers[2].uri)  # self-consistent, but not a's
+    step = newest(a)
+    steps, error = verified_steps(step, plan_chain(step, Held(), "r"), "")
+    assert error.version == 2 and "broken link" in str(error)
+    assert [s.version for s in steps] == [0, 1]
