@@ -22,6 +22,11 @@ receives no weights of its own), which then keep computing logits with the OLD w
 every reload we therefore rebuild the CPU GEMM dispatch of every layer that still holds its
 weight (embeddings and LM heads, tied or not) from the weight now in place. Finally the
 prefix cache is reset: cached KV blocks were computed with the old weights.
+
+Published versions (keyframes and deltas, docs/weights.md) go through ``apply_weight_chain``:
+the worker process keeps the last reconstructed serving-dtype state (brorl.weight_chain),
+applies the verified versions to it, checks every tensor's sha256 and only then streams the
+whole state through the same in-place reload (bf16 values into an fp32 engine are exact).
 """
 
 from __future__ import annotations
