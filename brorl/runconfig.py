@@ -409,6 +409,24 @@ class AsyncConfig(StrictModel):
     )
 
 
+class WeightsConfig(StrictModel):
+    serving_dtype: Literal["bf16", "fp32"] = Field(
+        "bf16",
+        description="dtype of the published weight versions (the learner keeps fp32 master "
+        "weights): bf16 halves every keyframe and makes deltas sparse (docs/weights.md); "
+        "fp32 serves the learner's exact weights. An fp32 rollout engine runs bf16 versions "
+        "as their exact fp32 values.",
+    )
+    keyframe_every: int = Field(
+        10,
+        ge=1,
+        le=10_000,
+        description="Publish a full keyframe every this many versions and a delta against the "
+        "previous version in between (1: every version is a keyframe). A worker that missed "
+        "versions rebuilds from the last keyframe, so this bounds its catch-up chain.",
+    )
+
+
 class RunConfig(StrictModel):
     model: str = Field(
         ...,
@@ -433,6 +451,10 @@ class RunConfig(StrictModel):
         default_factory=AsyncConfig,
         alias="async",
         description="Bounded staleness between sampling and learning.",
+    )
+    weights: WeightsConfig = Field(
+        default_factory=WeightsConfig,
+        description="How weight versions are published: serving dtype, keyframes and deltas.",
     )
     checkpoint_every: int = Field(
         20,

@@ -9,6 +9,7 @@ import time
 from collections import Counter
 from pathlib import Path
 
+import numpy as np
 import torch
 
 from brorl.runconfig import TrainConfig
@@ -158,17 +159,28 @@ class Policy:
             **{f"learner/{k}_s": v for k, v in clock.seconds.items()},
         }
 
-    def save_weights(self, directory: Path | None) -> None:
-        """The policy's weights in Hugging Face format (safetensors; tied embeddings once).
-        Refuses weights with a NaN/inf: such a version must never reach the workers. Every rank
-        calls it (ZeRO-3 gathers the parameters); only the one given a ``directory`` writes."""
+    def weights(self, gather_only: bool = False) -> dict[str, np.ndarray]:
+        """The policy's fp32 master weights for publication: Hugging Face names, tied tensors
+        once (as save_pretrained writes them), float32 numpy copies of the parameters. Refuses
+        weights with a NaN/inf: such a version must never reach the workers. Every rank calls
+        it (ZeRO-3 gathers the parameters); a rank that only helps gather passes
+        ``gather_only``."""
         with deepspeed_engine.full_parameters(self.engine):
-            if directory is None:
-                return
+            if gather_only:
+                return {}
             bad = [n for n, p in self.model.named_parameters() if not torch.isfinite(p).all()]
             if bad:
                 raise FloatingPointError(f"non-finite weights in {bad[:3]}; not published")
-            self.model.save_pretrained(directory, safe_serialization=True)
+            # ZeRO-3 frees the gathered parameters on leaving the context: copy them out
+            copy = self.engine.zero_optimization_stage() == 3
+            out, seen = {}, set()
+            for name, tensor in self.model.state_dict().items():
+                if tensor.data_ptr() in seen:
+                    continue  # a tied weight (lm_head = embed_tokens)
+                seen.add(tensor.data_ptr())
+                array = tensor.detach().float().cpu().contiguous().numpy()
+                out[name] = array.copy() if copy else array
+            return out
 
     def export(self, out: Path) -> Path:
         with deepspeed_engine.full_parameters(self.engine):

@@ -1,40 +1,101 @@
-"""Publishing weight versions (weight store + Redis pointer) and the final HF export."""
+"""Publishing weight versions (keyframes and deltas in the weight store + Redis pointer) and
+the final HF export."""
 
 from __future__ import annotations
 
 import logging
 import shutil
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
+import numpy as np
+
+from brorl import weight_codec as codec
 from brorl.v1 import common_pb2
 from brorl.weights import WeightStore
 
 log = logging.getLogger(__name__)
 
 
-def publish_version(
-    save_weights: Callable[[Path], None],
-    store: WeightStore,
-    point: Callable[[common_pb2.WeightVersion], None],
-    version: int,
-    step: int,
-) -> common_pb2.WeightVersion:
-    """Write the policy's weights as ``version`` and point the rollout workers at it
-    (``point``: e.g. RunChannels.publish_weights)."""
-    start = time.perf_counter()
-    staging = store.staging_dir(version)
-    save_weights(staging)
-    pointer = store.commit(version, staging, meta={"step": step})
-    point(pointer)
-    log.info(
-        "published weight version %d (%.1f MB) in %.2fs",
-        version,
-        pointer.bytes / 1e6,
-        time.perf_counter() - start,
-    )
-    return pointer
+@dataclass
+class _Published:
+    version: int
+    sha256: str  # of the manifest
+    keyframe: int
+    bits: dict[str, np.ndarray]  # the serving-dtype state workers reconstruct
+
+
+class WeightPublisher:
+    """Publishes weight versions in the serving dtype: a keyframe every ``keyframe_every``
+    versions (and whenever the previous version is not the one before), a delta of the bits
+    against the previous version otherwise (brorl.weight_codec; docs/weights.md). It keeps the
+    last published bits to diff against: a restarted learner starts with a keyframe."""
+
+    def __init__(self, store: WeightStore, serving_dtype: str = "bf16", keyframe_every: int = 10):
+        codec.bit_type(serving_dtype)
+        self.store, self.dtype, self.keyframe_every = store, serving_dtype, keyframe_every
+        self.last: _Published | None = None
+
+    def publish(
+        self,
+        weights: Callable[[], dict[str, np.ndarray]],
+        point: Callable[[common_pb2.WeightVersion], None],
+        version: int,
+        step: int,
+    ) -> common_pb2.WeightVersion:
+        """Write ``weights()`` (float32 arrays, HF names) as ``version`` and point the rollout
+        workers at it (``point``: e.g. RunChannels.publish_weights)."""
+        start = time.perf_counter()
+        bits = {n: codec.serving_bits(a, self.dtype) for n, a in weights().items()}
+        last = self.last
+        delta = (
+            last is not None
+            and last.version == version - 1
+            and version - last.keyframe < self.keyframe_every
+            and last.bits.keys() == bits.keys()
+            and all(last.bits[n].shape == b.shape for n, b in bits.items())
+        )
+        staging = self.store.staging_dir(version)
+        changed = sum(b.size for b in bits.values())
+        if delta:
+            payload, changed = codec.encode_delta(last.bits, bits)
+            (staging / codec.DELTA_FILE).write_bytes(payload)
+        else:
+            codec.write_keyframe(staging / codec.KEYFRAME_FILE, bits, self.dtype)
+        serving = {
+            "dtype": self.dtype,
+            "keyframe": last.keyframe if delta else version,
+            "base_version": last.version if delta else -1,
+            "base_sha256": last.sha256 if delta else "",
+            "elements": sum(b.size for b in bits.values()),
+            "changed": changed,
+            "tensors": {
+                n: {"sha256": codec.tensor_sha256(b), "shape": list(b.shape)}
+                for n, b in bits.items()
+            },
+        }
+        pointer = self.store.commit(
+            version,
+            staging,
+            kind="delta" if delta else "full",
+            base_version=last.version if delta else 0,
+            meta={"step": step},
+            serving=serving,
+        )
+        point(pointer)
+        self.last = _Published(version, pointer.sha256, serving["keyframe"], bits)
+        log.info(
+            "published weight version %d (%s %s, %.2f MB, %.4f of elements changed) in %.2fs",
+            version,
+            self.dtype,
+            pointer.kind,
+            pointer.bytes / 1e6,
+            changed / max(serving["elements"], 1),
+            time.perf_counter() - start,
+        )
+        return pointer
 
 
 _WEIGHT_FILES = {"config.json", "generation_config.json", "model.safetensors.index.json"}

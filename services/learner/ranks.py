@@ -3,7 +3,8 @@ holds the policy in one DeepSpeed engine (data parallel, ZeRO 0-3) and runs its 
 step's chunks (batch.rank_share), DeepSpeed reducing the gradients.
 
 Rank 0 drives the others with commands broadcast over the process group — ``start`` (a run's
-config), ``update`` (the step's groups as serialized PathGroups), ``save_weights``,
+config), ``update`` (the step's groups as serialized PathGroups), ``weights`` (publication),
+``export``,
 ``save_checkpoint`` / ``load_checkpoint`` (collective in DeepSpeed), ``exit`` — one at
 a time, each followed at once by rank 0's own part of it. While rank 0 waits for paths it sends
 a ``noop`` every ``heartbeat_s`` so no rank sits in a broadcast until the collective timeout.
@@ -146,8 +147,8 @@ class DistributedPolicy:
         fn = lambda: self.local.update(groups)  # noqa: E731
         return self.ranks.run("update", fn, None, pack_groups(groups))
 
-    def save_weights(self, directory: Path) -> None:
-        self.ranks.run("save_weights", lambda: self.local.save_weights(directory))
+    def weights(self) -> dict:
+        return self.ranks.run("weights", lambda: self.local.weights())
 
     def export(self, out: Path) -> Path:
         return self.ranks.run("export", lambda: self.local.export(out))
@@ -176,8 +177,8 @@ def follow(make_policy) -> None:
             policy = make_policy(parse_run_config(header["config"]))
         elif op == "update":
             policy.update(unpack_groups(payload))
-        elif op in ("save_weights", "export"):
-            policy.save_weights(None)  # the collective part (ZeRO-3 gathers); rank 0 writes
+        elif op in ("weights", "export"):
+            policy.weights(gather_only=True)  # the collective part (ZeRO-3 gathers)
         elif op == "save_checkpoint":
             policy.save_checkpoint(header["directory"], header["tag"], {})
         elif op == "load_checkpoint":

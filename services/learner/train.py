@@ -34,7 +34,7 @@ from services.learner.evaluation import HeldoutEval
 from services.learner.intake import GroupIntake
 from services.learner.jobfeed import JobFeed
 from services.learner.prompts import RunPrompts, load_run_prompts
-from services.learner.publish import publish_version
+from services.learner.publish import WeightPublisher
 from services.learner.runstate import RunState
 from services.learner.seen_groups import SeenGroups
 from services.learner.step_metrics import RunCounters, step_metrics
@@ -60,6 +60,9 @@ class Trainer:
         self.run_id, self.cfg, self.state, self.channels = run_id, cfg, state, channels
         self.registry, self.store, self.build_policy = registry, store, build_policy
         self.keep_versions, self.resume = keep_versions, resume
+        self.publisher = WeightPublisher(
+            store, cfg.weights.serving_dtype, cfg.weights.keyframe_every
+        )
         self.data = prompts or load_run_prompts(cfg)
         epoch = uuid.uuid4().hex[:8]
         jobs = channels.prompt_queue("rollout")
@@ -188,9 +191,8 @@ class Trainer:
     # -- weights and checkpoints ----------------------------------------------------------------
     def publish(self) -> None:
         self.version += 1
-        publish_version(
-            self.policy.save_weights,
-            self.store,
+        self.publisher.publish(
+            self.policy.weights,
             lambda p: self._redis(lambda: self.channels.publish_weights(p), "publishing weights"),
             self.version,
             self.step,

@@ -87,6 +87,15 @@ class RolloutServiceConfig(StrictModel):
         ),
     )
     reward_deadline_s: float = Field(120.0, gt=0, description="Deadline of one ScoreBatch call.")
+    weight_fetch_deadline_s: float = Field(
+        60.0,
+        gt=0,
+        description=(
+            "How long the worker waits between jobs for a new weight version's files to be read "
+            "and verified; past it the stall is logged and counted "
+            "(rollout/weights_fetch_stalls) and the worker keeps serving the version it has."
+        ),
+    )
     engine: EngineConfig = Field(
         default_factory=EngineConfig, description="The vLLM engine of this worker."
     )

@@ -22,10 +22,16 @@ receives no weights of its own), which then keep computing logits with the OLD w
 every reload we therefore rebuild the CPU GEMM dispatch of every layer that still holds its
 weight (embeddings and LM heads, tied or not) from the weight now in place. Finally the
 prefix cache is reset: cached KV blocks were computed with the old weights.
+
+Published versions (keyframes and deltas, docs/weights.md) go through ``apply_weight_chain``:
+the worker process keeps the last reconstructed serving-dtype state (brorl.weight_chain),
+applies the verified versions to it, checks every tensor's sha256 and only then streams the
+whole state through the same in-place reload (bf16 values into an fp32 engine are exact).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import time
@@ -33,7 +39,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from brorl.weight_chain import ChainResult, Held, Step
 from services.rollout.phases import phase_seconds
+from services.rollout.weight_files import (
+    LAYERWISE_LOGGER,
+    FailedLayerFilter,
+    lm_head_is_tied,
+    safetensors_files,
+    safetensors_keys,
+    iter_safetensors,
+    serving_tensors,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -52,33 +68,6 @@ class Sample:
     logprobs: list[float]  # sampling logprob of each token in token_ids (same length)
     text: str  # detokenized completion (special tokens skipped)
     finish_reason: str  # "stop" (EOS or stop string) | "length" (max_tokens reached)
-
-
-def _safetensors_files(weights_dir: str) -> list[Path]:
-    files = sorted(Path(weights_dir).glob("*.safetensors"))
-    if not files:
-        raise FileNotFoundError(f"no *.safetensors files in weights dir {weights_dir!r}")
-    return files
-
-
-def _safetensors_keys(files: list[Path]) -> set[str]:
-    from safetensors import safe_open
-
-    keys: set[str] = set()
-    for path in files:
-        with safe_open(str(path), framework="pt", device="cpu") as f:
-            keys.update(f.keys())
-    return keys
-
-
-def _iter_safetensors(files: list[Path]):
-    """Yield (HF name, tensor) pairs from safetensors files, one tensor at a time."""
-    from safetensors import safe_open
-
-    for path in files:
-        with safe_open(str(path), framework="pt", device="cpu") as f:
-            for name in f.keys():
-                yield name, f.get_tensor(name)
 
 
 def _refresh_cpu_gemm_dispatch(model) -> int:
@@ -108,61 +97,62 @@ def _refresh_cpu_gemm_dispatch(model) -> int:
     return refreshed
 
 
-_LAYERWISE_LOGGER = "vllm.model_executor.model_loader.reload.layerwise"
-
-
-class _FailedLayerFilter(logging.Filter):
-    """Catches vLLM's per-reload "<Layer>: Failed to load weights" warnings.
-
-    vLLM warns for every layer that received no checkpoint tensor. Two are expected on every
-    reload (rotary embeddings hold only a computed buffer; a tied LM head shares the
-    embedding's weight): those are dropped. Any other layer means the weights dir did not
-    cover the model; it is recorded so that the reload can fail loudly.
-    """
-
-    def __init__(self, tied: bool) -> None:
-        super().__init__()
-        self.tied = tied
-        self.unexpected: list[str] = []
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        if "Failed to load weights" not in str(record.msg):
-            return True
-        layer = str(record.args[0]) if record.args else record.getMessage()
-        if "Rotary" in layer or (self.tied and layer == "ParallelLMHead"):
-            return False
-        self.unexpected.append(layer)
-        return True
-
-
-def _lm_head_is_tied(model) -> bool:
-    lm_head = getattr(model, "lm_head", None)
-    embed = getattr(getattr(model, "model", None), "embed_tokens", None)
-    return (
-        lm_head is not None
-        and embed is not None
-        and getattr(lm_head, "weight", None) is getattr(embed, "weight", False)
-    )
-
-
 class ReloadExtension:
     """Mixed into vLLM's worker class (``worker_extension_cls``); runs in the worker process."""
 
     def brorl_reload_weights(self, weights_dir: str) -> dict[str, Any]:
+        files = safetensors_files(weights_dir)
+        from brorl.weight_chain import Held
+
+        self._brorl_loaded = Held()  # the model no longer holds the serving state's version
+        return self._brorl_reload(iter_safetensors(files), weights_dir)
+
+    def brorl_apply_chain(self, steps: list[dict], run_id: str, careful: bool) -> dict[str, Any]:
+        """Apply verified keyframe/delta versions to this worker's serving state
+        (brorl.weight_chain.ServingState, kept across calls), then load the result into the
+        model when it verified. Returns what the state and the model hold, and the error."""
+        from brorl.weight_chain import ChainError, Held, ServingState, Step
+
+        state = getattr(self, "_brorl_state", None)
+        if state is None:
+            state = self._brorl_state = ServingState()
+        start = time.perf_counter()
+        error = None
+        try:
+            state.apply_chain([Step(**s) for s in steps], run_id, careful)
+        except ChainError as exc:
+            error = {"version": exc.version, "reason": exc.reason}
+        applied_s = time.perf_counter() - start
+        loaded = getattr(self, "_brorl_loaded", Held())
+        stats: dict[str, Any] = {}
+        if state.held.version >= 0 and state.held != loaded:
+            source = f"serving state v{state.held.version}"
+            stats = self._brorl_reload(serving_tensors(state), source)
+            self._brorl_loaded = loaded = state.held
+        return {
+            "held": dataclasses.asdict(state.held),
+            "loaded": dataclasses.asdict(loaded),
+            "error": error,
+            "apply_seconds": applied_s,
+            **stats,
+        }
+
+    def _brorl_reload(self, tensors, source: str) -> dict[str, Any]:
+        """Stream (HF name, tensor) pairs through vLLM's in-place reload, then re-dispatch the
+        CPU GEMMs of layers that keep their weight (module docstring)."""
         import torch
         from vllm.platforms import current_platform
 
-        files = _safetensors_files(weights_dir)
         model = self.model_runner.get_model()
         names: list[str] = []
 
         def counted():
-            for name, tensor in _iter_safetensors(files):
+            for name, tensor in tensors:
                 names.append(name)
                 yield name, tensor
 
-        watch = _FailedLayerFilter(tied=_lm_head_is_tied(model))
-        layer_logger = logging.getLogger(_LAYERWISE_LOGGER)
+        watch = FailedLayerFilter(tied=lm_head_is_tied(model))
+        layer_logger = logging.getLogger(LAYERWISE_LOGGER)
         old_level = layer_logger.level
         if layer_logger.getEffectiveLevel() > logging.WARNING:
             layer_logger.setLevel(logging.WARNING)  # the filter must see the warnings
@@ -179,7 +169,7 @@ class ReloadExtension:
             layer_logger.setLevel(old_level)
         if watch.unexpected:
             raise RuntimeError(
-                f"weights in {weights_dir} left layers without weights: {watch.unexpected} "
+                f"weights from {source} left layers without weights: {watch.unexpected} "
                 f"(tensors read: {len(names)}); the engine now holds a partial reload"
             )
         return {
@@ -231,13 +221,15 @@ class RolloutEngine:
         self.model_path = str(model_path)
         self.max_model_len = max_model_len
         self.weight_version = 0  # the weights in model_path
+        self.serving = Held()  # the published version the model holds (none: model_path / a dir)
+        self.last_apply: dict[str, float] = {}  # seconds of the last apply_weight_chain
         # engine-side phases of the last generate() call (services.rollout.phases)
         self.last_phases: dict[str, float] = {}
         # Tensor names of the initial checkpoint: a reload must provide all of them (a tied
         # lm_head.weight may be absent). Empty when model_path has no local safetensors.
         local = Path(self.model_path)
         self._required_keys = (
-            (_safetensors_keys(sorted(local.glob("*.safetensors"))) - {"lm_head.weight"})
+            (safetensors_keys(sorted(local.glob("*.safetensors"))) - {"lm_head.weight"})
             if local.is_dir()
             else set()
         )
@@ -353,7 +345,7 @@ class RolloutEngine:
     def load_weights(self, weights_dir: str, version: int) -> None:
         """Load the HF-named ``*.safetensors`` state dict in ``weights_dir`` in place."""
         # Check coverage before touching the engine: a partial reload would mix versions.
-        missing = self._required_keys - _safetensors_keys(_safetensors_files(weights_dir))
+        missing = self._required_keys - safetensors_keys(safetensors_files(weights_dir))
         if missing:
             raise ValueError(
                 f"weights dir {weights_dir} lacks {len(missing)} tensors of the "
@@ -361,8 +353,28 @@ class RolloutEngine:
             )
         stats = self._llm.collective_rpc("brorl_reload_weights", args=(str(weights_dir),))
         self._llm.reset_prefix_cache()
-        self.weight_version = int(version)
+        self.weight_version, self.serving = int(version), Held()
         logger.info("weights v%d loaded from %s: %s", version, weights_dir, stats[0])
+
+    def apply_weight_chain(self, steps: list[Step], run_id: str, careful: bool) -> ChainResult:
+        """Apply verified versions (brorl.weight_chain) to the engine's serving state in the
+        worker process and serve the result; only small files cross processes (the paths)."""
+        [out] = self._llm.collective_rpc(
+            "brorl_apply_chain", args=([dataclasses.asdict(s) for s in steps], run_id, careful)
+        )
+        result = ChainResult(Held(**out["held"]), Held(**out["loaded"]), out["error"])
+        self.last_apply = {k: v for k, v in out.items() if isinstance(v, (int, float))}
+        if result.loaded.version >= 0 and result.loaded != self.serving:
+            self._llm.reset_prefix_cache()  # cached KV blocks were computed with the old weights
+            self.serving, self.weight_version = result.loaded, result.loaded.version
+        logger.info(
+            "weight chain %s applied in %.3fs (+ reload %.3fs): serving v%d",
+            [s.version for s in steps],
+            out["apply_seconds"],
+            out.get("seconds", 0.0),
+            result.loaded.version,
+        )
+        return result
 
     def weight_checksum(self) -> float:
         return self._llm.collective_rpc("brorl_weight_checksum")[0]

@@ -160,6 +160,7 @@ def serve(config: RolloutServiceConfig, engine=None) -> None:
                 run_id=config.run_id,
                 claim_idle_ms=config.claim_idle_ms,
                 reward_deadline_s=config.reward_deadline_s,
+                weight_fetch_deadline_s=config.weight_fetch_deadline_s,
                 stats=stats,
             )
             threading.Thread(

@@ -18,9 +18,9 @@ from google.protobuf.message import DecodeError
 from brorl import queue as q
 from brorl import rpc, sampling
 from brorl.v1 import common_pb2, reward_pb2
-from brorl.weights import WeightStore
 from services.rollout.explore import select
 from services.rollout.samples import to_paths
+from services.rollout.weight_sync import WeightSync
 
 log = logging.getLogger(__name__)
 
@@ -45,6 +45,7 @@ class RolloutWorker:
         run_id: str = "",
         claim_idle_ms: int = 30_000,
         reward_deadline_s: float = 120.0,
+        weight_fetch_deadline_s: float = 60.0,
         stats: WorkerStats | None = None,
     ):
         """``registry`` says which run to follow (unless ``run_id`` fixes one); ``open_run``
@@ -64,7 +65,7 @@ class RolloutWorker:
         self._free_since = time.perf_counter()
         self._reload_s = 0.0
         self._publish_s = 0.0  # Redis write + ack of the previous group
-        self.loaded_run = ""  # the run whose published weights the engine holds ("" = model dir)
+        self.weights = WeightSync(engine, engine_lock, weight_fetch_deadline_s)
 
     def run(self, stop: threading.Event) -> None:
         log.info("worker %s started", self.name)
@@ -103,27 +104,33 @@ class RolloutWorker:
         return bool(deliveries)
 
     def maybe_reload(self, run_id: str) -> None:
-        """Load the run's newest published version. Versions count per run: a worker that
-        served another run before reloads even a lower version (every run publishes v0)."""
+        """Serve the run's newest published version (services/rollout/weight_sync.py). Versions
+        count per run: a worker that served another run before reloads even a lower version
+        (every run publishes v0)."""
         pointer = self._channels(run_id)[0].read_weights()
-        if pointer is None:
-            return
-        if run_id == self.loaded_run and pointer.version <= self.engine.weight_version:
+        if pointer is None or self.weights.current(run_id, pointer):
             return
         start = time.perf_counter()
-        path = WeightStore.verify(pointer)  # every file's hash: part of the reload's cost
-        with self.lock:
-            self.engine.load_weights(str(path), pointer.version)
-            self.loaded_run = run_id
-        self.stats.reloads += 1
+        if self.weights.sync(run_id, pointer):  # fetch + verify + apply, bounded by a deadline
+            self.stats.reloads += 1
+            log.info(
+                "serving weight version %d after %.2fs",
+                self.engine.weight_version,
+                time.perf_counter() - start,
+            )
         self._reload_s += time.perf_counter() - start
-        log.info("loaded weight version %d in %.2fs", pointer.version, time.perf_counter() - start)
+
+    @property
+    def loaded_run(self) -> str:
+        """The run whose published weights the engine holds ("" = the model directory)."""
+        return self.weights.loaded_run
 
     def process(self, channels: q.RunChannels, queue: q.StreamQueue, delivery: q.Delivery) -> None:
         between = {  # since the previous job: publishing it, reloading weights, waiting for work
             "rollout/publish_s": self._publish_s,
             "rollout/reload_s": self._reload_s,
             "rollout/idle_s": max(time.perf_counter() - self._free_since - self._reload_s, 0.0),
+            **{k: float(v) for k, v in self.weights.counts.items()},  # cumulative, this worker
         }
         self._reload_s = 0.0
         try:

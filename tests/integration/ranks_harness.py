@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import signal
 import sys
 from pathlib import Path
@@ -76,7 +77,10 @@ def main(argv=None) -> int:
     try:
         for step in range(3):
             policy.update(groups(step))
-        policy.save_weights(out)
+        from safetensors.numpy import save_file
+
+        save_file(policy.weights(), str(out / "model.safetensors"))
+        shutil.copy(Path(args.model) / "config.json", out / "config.json")
     except ranks.RankFailure as exc:
         (out / "error.txt").write_text(str(exc))
         return 3

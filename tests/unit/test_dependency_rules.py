@@ -221,3 +221,17 @@ def test_only_the_queue_layer_holds_a_redis_client():
             rel = str(path.relative_to(ROOT))
             if "redis" in {n.split(".")[0] for n in imports_of(path)}:
                 assert rel in allowed or rel.startswith("brorl/apps/"), f"{rel} imports redis"
+
+
+def test_client_modules_load_no_numpy():
+    """numpy is for the weight codec (brorl/weight_codec.py, brorl/weight_chain.py), which the
+    learner, the rollout engine and the demo import; a client of the services needs none."""
+    code = (
+        "import sys\n"
+        "import brorl.client, brorl.queue, brorl.streams, brorl.weights, brorl.runconfig\n"
+        "print('numpy' in sys.modules)"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True
+    )
+    assert out.stdout.strip() == "False", "a client-side core module imports numpy"

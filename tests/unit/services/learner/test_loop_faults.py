@@ -158,9 +158,9 @@ class SkippingPolicy(RecordingPolicy):
             return {"learner/skipped_step": 1.0, "learner/skipped_nonfinite_loss": 1.0}
         return super().update(groups)
 
-    def save_weights(self, directory):
+    def weights(self):
         self.saved += 1
-        super().save_weights(directory)
+        return super().weights()
 
 
 def test_a_skipped_update_is_counted_and_publishes_nothing(tmp_path):

@@ -98,14 +98,22 @@ def test_a_finite_update_after_a_skip_moves_the_weights(policy):
 
 
 def test_nan_weights_are_never_saved_for_publication(policy, tmp_path):
+    from brorl.weights import WeightStore
+    from services.learner.publish import WeightPublisher
+
+    store = WeightStore(tmp_path / "weights")
+    publisher = WeightPublisher(store, "bf16", keyframe_every=4)
+    pointers = []
+    publisher.publish(policy.weights, pointers.append, version=0, step=0)
     param = next(policy.model.parameters())
     saved = param.detach().clone()
     with torch.no_grad():
         param[0] = math.nan
     try:
         with pytest.raises(FloatingPointError, match="non-finite weights"):
-            policy.save_weights(tmp_path / "v9")
+            publisher.publish(policy.weights, pointers.append, version=1, step=1)
     finally:
         with torch.no_grad():
             param.copy_(saved)
-    assert not (tmp_path / "v9").exists()
+    assert [p.version for p in pointers] == [0]
+    assert sorted(d.name for d in (tmp_path / "weights").glob("v*")) == ["v00000000"]

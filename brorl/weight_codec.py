@@ -1,0 +1,232 @@
+"""Weight versions as serving-dtype bits: rounding, tensor hashes, keyframe and delta files.
+
+A published version holds the policy in its *serving dtype* (``bf16`` or ``fp32``), handled
+here as the raw bit patterns (bf16 as uint16, fp32 as uint32), so that reconstruction is exact
+and a hash of the bits identifies a tensor. Two file kinds (docs/weights.md):
+
+* keyframe ``model.safetensors``: every tensor, a standard safetensors file (BF16 / F32) that
+  Hugging Face and vLLM load as it is;
+* delta ``delta.bin``: per changed tensor, the XOR of its bits against the previous version,
+  either sparse (gaps between changed indices + the XOR values) or dense (the whole XOR), as
+  byte planes compressed with zlib. XOR makes applying a delta its own inverse.
+
+Torch-free (numpy + zlib + hashlib), so the learner and the rollout engine share one codec.
+Shapes: every tensor is handled flat, ``(n,)``; its shape travels in the manifest.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import struct
+import zlib
+from pathlib import Path
+
+import numpy as np
+
+# serving dtype -> (numpy bit type, safetensors dtype name)
+SERVING_DTYPES = {"bf16": (np.uint16, "BF16"), "fp32": (np.uint32, "F32")}
+KEYFRAME_FILE = "model.safetensors"
+DELTA_FILE = "delta.bin"
+_DELTA_MAGIC = b"BRDELTA1"
+# Above this fraction of changed elements a dense XOR is smaller and faster than the sparse
+# form (bench/weights.py measured both: 0.35 vs 0.38 of full bf16 bytes at 75-98 % changed,
+# 0.015 vs 0.037 at 2 %).
+DENSE_ABOVE = 0.25
+_ZLIB_LEVEL = 1  # level 6 saves < 5 % more bytes at 2-4x the time (same measurement)
+
+
+class CodecError(ValueError):
+    """A keyframe or delta file that cannot be decoded (corrupt, truncated, wrong shapes)."""
+
+
+def bit_type(dtype: str):
+    if dtype not in SERVING_DTYPES:
+        raise CodecError(f"serving dtype {dtype!r} is not one of {sorted(SERVING_DTYPES)}")
+    return SERVING_DTYPES[dtype][0]
+
+
+def serving_bits(x: np.ndarray, dtype: str) -> np.ndarray:
+    """float32 array -> its serving-dtype bits (same shape). bf16 rounds to nearest, ties to
+    even (what torch's ``.to(torch.bfloat16)`` does). Inputs must be finite."""
+    x = np.ascontiguousarray(x, dtype=np.float32)
+    u = x.view(np.uint32)
+    if dtype == "fp32":
+        return u.copy()
+    bit_type(dtype)
+    # + 0x7FFF rounds half down, + 1 more when the kept lsb is odd: ties go to even. Finite
+    # inputs stay below 0xFF800000, so the uint32 sum cannot wrap.
+    rounded = u + (np.uint32(0x7FFF) + ((u >> np.uint32(16)) & np.uint32(1)))
+    return (rounded >> np.uint32(16)).astype(np.uint16)
+
+
+def bits_to_float32(bits: np.ndarray, dtype: str) -> np.ndarray:
+    """The float32 value of serving-dtype bits (exact: bf16 is the top half of an fp32)."""
+    if dtype == "fp32":
+        return bits.view(np.float32)
+    bit_type(dtype)
+    return (bits.astype(np.uint32) << np.uint32(16)).view(np.float32)
+
+
+def tensor_sha256(bits: np.ndarray) -> str:
+    """sha256 of a tensor's serving-dtype bytes (little-endian, C order)."""
+    little = np.ascontiguousarray(bits).astype(bits.dtype.newbyteorder("<"), copy=False)
+    return hashlib.sha256(memoryview(little).cast("B")).hexdigest()
+
+
+# -- keyframes: standard safetensors files --------------------------------------------------
+
+
+def write_keyframe(path: Path, tensors: dict[str, np.ndarray], dtype: str) -> int:
+    """Write ``tensors`` (bits, any shape) as a safetensors file of the serving dtype; returns
+    the bytes written. Layout (safetensors spec): u64 header length, JSON header, data."""
+    st_dtype = SERVING_DTYPES[dtype][1]
+    header, offset = {"__metadata__": {"format": "pt"}}, 0
+    for name, bits in tensors.items():
+        header[name] = {
+            "dtype": st_dtype,
+            "shape": list(bits.shape),
+            "data_offsets": [offset, offset + bits.nbytes],
+        }
+        offset += bits.nbytes
+    raw = json.dumps(header, separators=(",", ":")).encode()
+    raw += b" " * (-len(raw) % 8)  # the data starts 8-byte aligned
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(raw)) + raw)
+        for bits in tensors.values():
+            f.write(memoryview(np.ascontiguousarray(bits)).cast("B"))
+    return 8 + len(raw) + offset
+
+
+def read_keyframe(path: Path, dtype: str) -> dict[str, np.ndarray]:
+    """The tensors of a keyframe written by ``write_keyframe`` (bits, with their shapes)."""
+    data = Path(path).read_bytes()
+    try:
+        (n,) = struct.unpack("<Q", data[:8])
+        header = json.loads(data[8 : 8 + n])
+    except (struct.error, ValueError) as exc:
+        raise CodecError(f"{path}: not a safetensors file ({exc})") from None
+    want = SERVING_DTYPES[dtype][1]
+    body = memoryview(data)[8 + n :]
+    out = {}
+    for name, info in header.items():
+        if name == "__metadata__":
+            continue
+        start, end = info["data_offsets"]
+        if info["dtype"] != want or end > len(body):
+            raise CodecError(f"{path}: tensor {name} is {info['dtype']} / out of range")
+        flat = np.frombuffer(body[start:end], dtype=bit_type(dtype)).copy()
+        out[name] = flat.reshape(info["shape"])
+    return out
+
+
+# -- deltas ---------------------------------------------------------------------------------
+
+
+def _planes(x: np.ndarray) -> bytes:
+    """(n,) little-endian words -> their bytes grouped by significance (all low bytes, then
+    the next...): the high bytes of an XOR are mostly zero and compress to almost nothing."""
+    k = x.dtype.itemsize
+    return x.astype(x.dtype.newbyteorder("<"), copy=False).view(np.uint8).reshape(-1, k).T.tobytes()
+
+
+def _unplanes(raw: bytes, dtype, n: int) -> np.ndarray:
+    k = np.dtype(dtype).itemsize
+    if len(raw) != k * n:
+        raise CodecError(f"expected {k * n} bytes, got {len(raw)}")
+    planes = np.frombuffer(raw, dtype=np.uint8).reshape(k, n)
+    return (
+        np.ascontiguousarray(planes.T).view(np.dtype(dtype).newbyteorder("<"))[:, 0].astype(dtype)
+    )
+
+
+def encode_tensor(old: np.ndarray, new: np.ndarray) -> tuple[str, int, bytes] | None:
+    """(encoding, changed elements, compressed blob) of new vs old bits; None if equal."""
+    if old.shape != new.shape or old.dtype != new.dtype:
+        raise CodecError(f"shape/dtype changed: {old.shape} {old.dtype} -> {new.shape} {new.dtype}")
+    x = np.bitwise_xor(old.ravel(), new.ravel())  # (n,)
+    idx = np.flatnonzero(x)  # (c,)
+    if idx.size == 0:
+        return None
+    if idx.size > DENSE_ABOVE * x.size:
+        return "xor", int(idx.size), zlib.compress(_planes(x), _ZLIB_LEVEL)
+    if x.size > np.iinfo(np.uint32).max:
+        raise CodecError(f"tensor of {x.size} elements: sparse deltas index with uint32")
+    gaps = np.diff(idx, prepend=0).astype(np.uint32)  # (c,) first index, then distances >= 1
+    return "sparse", int(idx.size), zlib.compress(_planes(gaps) + _planes(x[idx]), _ZLIB_LEVEL)
+
+
+def decode_tensor(
+    enc: str, changed: int, blob: bytes, n: int, dtype
+) -> tuple[np.ndarray, np.ndarray | None]:
+    """(values, indices) of an XOR delta over a tensor of ``n`` elements; indices None means
+    dense (values has n elements)."""
+    try:
+        raw = zlib.decompress(blob)
+    except zlib.error as exc:
+        raise CodecError(f"delta blob does not decompress: {exc}") from None
+    if enc == "xor":
+        return _unplanes(raw, dtype, n), None
+    if enc != "sparse" or not 0 < changed <= n:
+        raise CodecError(f"unknown encoding {enc!r} or count {changed} (of {n})")
+    width = 4 * changed
+    gaps = _unplanes(raw[:width], np.uint32, changed)
+    values = _unplanes(raw[width:], dtype, changed)
+    if (gaps[1:] == 0).any():
+        raise CodecError("sparse delta repeats an index")
+    idx = np.cumsum(gaps, dtype=np.int64)
+    if idx[-1] >= n:
+        raise CodecError(f"sparse delta index {idx[-1]} beyond {n} elements")
+    return values, idx
+
+
+def xor_into(bits: np.ndarray, values: np.ndarray, idx: np.ndarray | None) -> None:
+    """Apply (or undo: XOR is its own inverse) one tensor's decoded delta in place."""
+    flat = bits.reshape(-1)  # a view: tensors are kept contiguous
+    if idx is None:
+        np.bitwise_xor(flat, values, out=flat)
+    else:
+        flat[idx] ^= values
+
+
+def encode_delta(old: dict[str, np.ndarray], new: dict[str, np.ndarray]) -> tuple[bytes, int]:
+    """The delta file's bytes taking ``old`` to ``new`` (same names and shapes), and the number
+    of elements that changed. Layout: magic, u64 header length, JSON header, blobs."""
+    if old.keys() != new.keys():
+        raise CodecError(f"tensor names differ: {sorted(old.keys() ^ new.keys())[:5]}")
+    entries, blobs, offset, changed = {}, [], 0, 0
+    for name in new:
+        coded = encode_tensor(old[name], new[name])
+        if coded is None:
+            continue
+        enc, count, blob = coded
+        entries[name] = {"enc": enc, "changed": count, "offset": offset, "length": len(blob)}
+        blobs.append(blob)
+        offset += len(blob)
+        changed += count
+    header = json.dumps({"tensors": entries}, separators=(",", ":")).encode()
+    return _DELTA_MAGIC + struct.pack("<Q", len(header)) + header + b"".join(blobs), changed
+
+
+def decode_delta(
+    payload: bytes, tensors: dict[str, np.ndarray]
+) -> dict[str, tuple[np.ndarray, np.ndarray | None]]:
+    """Every changed tensor's (values, indices) from a delta file, checked against the shapes
+    of ``tensors`` (the state it applies to) before anything is applied."""
+    if payload[: len(_DELTA_MAGIC)] != _DELTA_MAGIC:
+        raise CodecError("not a brorl delta file (bad magic)")
+    start = len(_DELTA_MAGIC) + 8
+    try:
+        (n,) = struct.unpack("<Q", payload[len(_DELTA_MAGIC) : start])
+        entries = json.loads(payload[start : start + n])["tensors"]
+    except (struct.error, ValueError, KeyError) as exc:
+        raise CodecError(f"delta header unreadable: {exc}") from None
+    body = memoryview(payload)[start + n :]
+    out = {}
+    for name, e in entries.items():
+        if name not in tensors:
+            raise CodecError(f"delta names tensor {name!r} the state lacks")
+        bits = tensors[name]
+        blob = bytes(body[e["offset"] : e["offset"] + e["length"]])
+        out[name] = decode_tensor(e["enc"], e["changed"], blob, bits.size, bits.dtype)
+    return out

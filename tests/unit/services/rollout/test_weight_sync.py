@@ -1,0 +1,136 @@
+"""The rollout worker's weight sync on real files (services/rollout/weight_sync.py): catching up,
+a corrupt delta rejected and counted with a fallback to the keyframe, a stalled fetch reported
+while the old version keeps serving. The engine here holds a real ServingState in-process,
+as the vLLM worker extension does (tests/integration/test_engine_delta_sync.py: the real one)."""
+
+from __future__ import annotations
+
+import os
+import threading
+from pathlib import Path
+
+import numpy as np
+
+from brorl import weight_codec as codec
+from brorl.weight_chain import ChainError, ChainResult, Held, ServingState
+from services.rollout.weight_sync import WeightSync
+from tests.waiting import wait_until
+from tests.weight_versions import VersionRun
+
+
+class StateEngine:
+    """The engine's side of the sync: a serving state and the version the 'model' serves."""
+
+    def __init__(self):
+        self.state, self.loaded, self.weight_version = ServingState(), Held(), 0
+        self.model: dict[str, np.ndarray] = {}
+        self.applies = 0
+
+    def apply_weight_chain(self, steps, run_id, careful) -> ChainResult:
+        self.applies += 1
+        error = None
+        try:
+            self.state.apply_chain(steps, run_id, careful)
+        except ChainError as exc:
+            error = {"version": exc.version, "reason": exc.reason}
+        if self.state.held.version >= 0 and self.state.held != self.loaded:
+            self.model = {n: b.copy() for n, b in self.state.tensors.items()}
+            self.loaded, self.weight_version = self.state.held, self.state.held.version
+        return ChainResult(self.state.held, self.loaded, error)
+
+
+def serving(engine: StateEngine, run: VersionRun, version: int) -> bool:
+    want = run.expected[version]
+    return engine.weight_version == version and all(
+        np.array_equal(engine.model[n], b) for n, b in want.items()
+    )
+
+
+def test_a_worker_started_at_version_0_catches_up_from_version_20(tmp_path):
+    run = VersionRun(tmp_path, keyframe_every=25, lr=1e-4)
+    engine = StateEngine()
+    sync = WeightSync(engine, threading.Lock(), deadline_s=5)
+    assert sync.sync("r", run.publish()) and serving(engine, run, 0)
+    run.publish_many(20)
+    assert sync.sync("r", run.pointers[-1])
+    assert serving(engine, run, 20) and engine.applies == 2
+    assert not sync.sync("r", run.pointers[-1])  # nothing to do
+    assert not sync.counts
+
+
+def test_a_flipped_byte_in_a_delta_is_rejected_counted_and_recovered(tmp_path):
+    run = VersionRun(tmp_path, keyframe_every=10, lr=1e-4)
+    engine = StateEngine()
+    sync = WeightSync(engine, threading.Lock(), deadline_s=5)
+    run.publish_many(3)
+    sync.sync("r", run.pointers[-1])
+    run.publish_many(3)  # versions 3, 4, 5
+    bad = Path(run.pointers[4].uri) / codec.DELTA_FILE
+    data = bytearray(bad.read_bytes())
+    data[-3] ^= 0x40
+    bad.write_bytes(bytes(data))
+    assert sync.sync("r", run.pointers[-1])
+    assert serving(engine, run, 3)  # the deltas that verify
+    assert sync.counts["rollout/weights_rejected"] == 1
+    run.publish_many(3)  # 6..8 deltas chained through the bad one: nothing to apply
+    assert not sync.sync("r", run.pointers[-1]) and serving(engine, run, 3)
+    assert sync.counts["rollout/weights_rejected"] == 1  # known-bad: not re-read, not recounted
+    run.publish_many(3)  # 9 delta, 10 keyframe, 11 delta
+    assert sync.sync("r", run.pointers[-1]) and serving(engine, run, 11)
+
+
+def test_a_reconstruction_that_fails_its_hashes_falls_back_to_the_keyframe(tmp_path):
+    run = VersionRun(tmp_path, keyframe_every=10, lr=1e-4)
+    engine = StateEngine()
+    sync = WeightSync(engine, threading.Lock(), deadline_s=5)
+    sync.sync("r", run.publish())
+    run.publish_many(4)
+    engine.state.tensors["layer.b"][0] ^= 1  # the held copy went bad behind the sync's back
+    assert sync.sync("r", run.pointers[-1])
+    assert serving(engine, run, 4)
+    assert sync.counts["rollout/weights_rejected"] == 1
+    assert sync.counts["rollout/weights_fallbacks"] == 1
+
+
+def test_a_stalled_fetch_is_reported_and_the_old_version_keeps_serving(tmp_path):
+    run = VersionRun(tmp_path, keyframe_every=10, lr=1e-4)
+    engine = StateEngine()
+    sync = WeightSync(engine, threading.Lock(), deadline_s=0.3)
+    sync.sync("r", run.publish())
+    pointer = run.publish()
+    # The delta's file becomes a FIFO with no writer: reading it blocks, like a hung share.
+    delta = Path(pointer.uri) / codec.DELTA_FILE
+    payload = delta.read_bytes()
+    delta.unlink()
+    os.mkfifo(delta)
+    writer = None
+    try:
+        assert not sync.sync("r", pointer)  # returns after the deadline
+        assert sync.counts["rollout/weights_fetch_stalls"] == 1
+        assert serving(engine, run, 0)
+        assert not sync.sync("r", pointer)  # still stalled: no wait, no second report
+        assert sync.counts["rollout/weights_fetch_stalls"] == 1
+        writer = threading.Thread(target=lambda: delta.write_bytes(payload))
+        writer.start()  # the share answers again
+        writer.join(5)
+        wait_until(lambda: sync.sync("r", pointer), timeout=10)  # picked up when it ends
+        assert serving(engine, run, 1)
+        assert sync.counts["rollout/weights_fetch_stalls"] == 1
+    finally:
+        if writer is None or writer.is_alive():  # unblock the fetch thread
+            with open(delta, "wb", buffering=0) as f:
+                f.write(payload)
+
+
+def test_a_corrupt_newest_delta_leaves_the_worker_on_the_version_before(tmp_path):
+    run = VersionRun(tmp_path, keyframe_every=10, lr=1e-4)
+    engine = StateEngine()
+    sync = WeightSync(engine, threading.Lock(), deadline_s=5)
+    sync.sync("r", run.publish())
+    run.publish_many(2)
+    bad = Path(run.pointers[2].uri) / codec.DELTA_FILE
+    bad.write_bytes(bad.read_bytes()[:-1])  # truncated
+    assert sync.sync("r", run.pointers[-1]) and serving(engine, run, 1)
+    assert sync.counts["rollout/weights_rejected"] == 1
+    assert not sync.sync("r", run.pointers[-1])  # the same pointer is not tried again
+    assert sync.counts["rollout/weights_rejected"] == 1
