@@ -23,10 +23,8 @@ Shapes: B probes in a chunk, T tokens (prompt + answer, right-padded), V vocabul
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass
-from pathlib import Path
 
 import torch
 
@@ -37,25 +35,20 @@ class Probe:
     answer_ids: tuple[int, ...]  # the correct answer's tokens, then <eos>
 
 
-def load_probes(path: str | Path, tokenizer) -> list[Probe]:
-    """Probes from a JSONL file of {"prompt": ..., "reference": ...} rows (the prompt-set
-    format); the prompt is tokenized as the rollout engine does (the tokenizer's own special
-    tokens), the answer without them, followed by the tokenizer's <eos>."""
+def probes_from(rows, tokenizer) -> list[Probe]:
+    """Probes from prompt-set rows (``services.learner.prompts.Prompt``: text, reference); the
+    prompt is tokenized as the rollout engine does (the tokenizer's own special tokens), the
+    answer without them, followed by the tokenizer's <eos>."""
     eos = tokenizer.eos_token_id
     if eos is None:
         raise ValueError("the probe metric needs a tokenizer with an eos token")
     probes = []
-    for i, line in enumerate(Path(path).read_text().splitlines()):
-        if not line.strip():
-            continue
-        row = json.loads(line)
-        prompt = tokenizer(row["prompt"])["input_ids"]
-        answer = tokenizer(row["reference"], add_special_tokens=False)["input_ids"]
+    for i, row in enumerate(rows):
+        prompt = tokenizer(row.text)["input_ids"]
+        answer = tokenizer(row.reference, add_special_tokens=False)["input_ids"]
         if not prompt or not answer:
-            raise ValueError(f"{path}:{i + 1}: empty prompt or reference")
+            raise ValueError(f"probe {i}: empty prompt or reference after tokenization")
         probes.append(Probe(tuple(prompt), tuple(answer) + (eos,)))
-    if not probes:
-        raise ValueError(f"{path}: no probes")
     return probes
 
 
@@ -141,6 +134,17 @@ class ProbeMeter:
     def __init__(self, probes: list[Probe], pad_id: int):
         self.probes, self.pad_id = probes, pad_id
         self.last: list[float] | None = None
+
+    @classmethod
+    def for_run(cls, path: str, model_dir: str, pad_id: int) -> "ProbeMeter":
+        """The probes of ``path`` (checked like a prompt set), tokenized with the tokenizer of
+        ``model_dir`` (the policy's, as the rollout engine loads it)."""
+        from transformers import AutoTokenizer
+
+        from services.learner.prompts import load_prompts
+
+        rows = load_prompts(path, field="probe.path")
+        return cls(probes_from(rows, AutoTokenizer.from_pretrained(model_dir)), pad_id)
 
     def measure(self, model) -> dict[str, float]:
         now = answer_logprobs(model, self.probes, self.pad_id)

@@ -17,11 +17,12 @@ class Prompt:
     reference: str
 
 
-def load_prompts(path: str) -> list[Prompt]:
-    """JSONL rows of {"prompt": str, "reference": any}; InvalidArgument names the bad line."""
+def load_prompts(path: str, field: str = "data.train_path") -> list[Prompt]:
+    """JSONL rows of {"prompt": str, "reference": any}; InvalidArgument names ``field`` (the
+    run config's key of the file) and the bad line."""
     p = Path(path)
     if not p.is_file():
-        raise InvalidArgument("data.train_path", f"file {p} does not exist")
+        raise InvalidArgument(field, f"file {p} does not exist")
     rows = []
     for n, line in enumerate(p.read_text().splitlines(), 1):
         if not line.strip():
@@ -29,12 +30,12 @@ def load_prompts(path: str) -> list[Prompt]:
         try:
             row = json.loads(line)
         except json.JSONDecodeError as exc:
-            raise InvalidArgument("data.train_path", f"line {n} is not JSON: {exc}") from None
+            raise InvalidArgument(field, f"line {n} is not JSON: {exc}") from None
         if not isinstance(row, dict) or not isinstance(row.get("prompt"), str) or not row["prompt"]:
-            raise InvalidArgument("data.train_path", f"line {n} needs a non-empty string 'prompt'")
+            raise InvalidArgument(field, f"line {n} needs a non-empty string 'prompt'")
         rows.append(Prompt(row["prompt"], str(row.get("reference", ""))))
     if not rows:
-        raise InvalidArgument("data.train_path", f"{p} holds no prompts")
+        raise InvalidArgument(field, f"{p} holds no prompts")
     return rows
 
 

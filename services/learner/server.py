@@ -75,6 +75,8 @@ class LearnerServicer(learner_pb2_grpc.LearnerServiceServicer):
         if not Path(cfg.model).is_dir():
             raise InvalidArgument("model", f"directory {cfg.model} does not exist")
         load_prompts(cfg.data.train_path)  # bad data is the caller's error: report it now
+        if cfg.probe is not None:
+            load_prompts(cfg.probe.path, field="probe.path")
         run_id = request.run_id or time.strftime("run-%Y%m%d-%H%M%S-") + uuid.uuid4().hex[:6]
         if not _RUN_ID.match(run_id):
             raise InvalidArgument("run_id", "use 1-64 letters, digits, '.', '_' or '-'")

@@ -31,7 +31,8 @@ from brorl.runconfig import RunConfig
 from brorl.weights import WeightStore
 from services.learner.dead_letters import DeadLetterWatch
 from services.learner.intake import GroupIntake
-from services.learner.jobfeed import JobFeed
+from services.learner.jobfeed import JobFeed, PassRates
+from services.learner.probe import ProbeMeter
 from services.learner.prompts import load_prompts
 from services.learner.publish import publish_version
 from services.learner.runstate import RunState
@@ -82,6 +83,8 @@ class Trainer:
             if intake is None:
                 break  # stop requested while waiting
             t1 = time.perf_counter()
+            for item in intake.consumed:
+                self.feed.pass_rates.record(item.group)
             update = self.policy.update(intake.groups)
             self._redis(lambda: self.intake.ack(intake.entries), "acking")
             self.counters.add(intake)
@@ -95,6 +98,8 @@ class Trainer:
                 self.checkpoint()
             self._serve_checkpoint_request()
             metrics = step_metrics(intake, update, self.counters)
+            if self.probe is not None and self.step % self.cfg.probe.every == 0:
+                metrics.update(self._measure_probes())
             t3 = time.perf_counter()
             metrics.update(
                 {
@@ -106,7 +111,13 @@ class Trainer:
                 }
             )
             self.state.step, self.state.weight_version = self.step, self.version
-            self.state.emit(metrics, extra={"groups": [g.group_id for g in intake.groups]})
+            self.state.emit(
+                metrics,
+                extra={
+                    "groups": [g.group_id for g in intake.groups],
+                    "group_paths": [len(g.paths) for g in intake.groups],
+                },
+            )
             write_samples(self.state.run_dir, self.step, intake.groups, self.cfg.samples_every)
         self.finish()
 
@@ -130,8 +141,17 @@ class Trainer:
         return retry_while_down(fn, self.cfg.asynchrony.redis_outage_s, what)
 
     # -- start and end ------------------------------------------------------------------------
+    def _measure_probes(self) -> dict[str, float]:
+        t0 = time.perf_counter()
+        out = self.probe.measure(self.policy.model)
+        return {**out, "probe/seconds": time.perf_counter() - t0}
+
     def start(self) -> None:
         self.policy = self.build_policy()
+        self.probe = None
+        if self.cfg.probe is not None:  # the baseline: the policy before the first update
+            self.probe = ProbeMeter.for_run(self.cfg.probe.path, self.cfg.model, self.policy.pad_id)
+            self._measure_probes()
         asynchrony = self.cfg.asynchrony
         dead = DeadLetterWatch(self.channels, self.feed.queue, asynchrony.dead_letter_retries)
         self.intake = GroupIntake(
@@ -182,6 +202,7 @@ class Trainer:
                 "consumed": self.intake.consumed,
                 "seen": self.intake.seen.state(),
                 "counters": dict(self.counters.counts),
+                "pass_rates": self.feed.pass_rates.state(),
                 "rng": rng_state(),
             },
         )
@@ -202,6 +223,9 @@ class Trainer:
         self.feed.cursor, self.intake.consumed = client["cursor"], client["consumed"]
         self.intake.seen = SeenGroups.from_state(client["seen"])
         self.counters = RunCounters(client.get("counters", {}))
+        self.feed.pass_rates = PassRates(
+            self.feed.pass_rates.success_reward, client.get("pass_rates", {})
+        )
         set_rng_state(client["rng"])
         # Groups in flight at the checkpoint may have been consumed (and acked) since: send them
         # again under this process's job ids; jobs queued by the crashed process go.

@@ -9,13 +9,14 @@ import math
 import pytest
 import torch
 
+from brorl.errors import InvalidArgument
 from services.learner.probe import (
     Probe,
     ProbeMeter,
     answer_logprobs,
-    load_probes,
     mass_change,
     probe_batch,
+    probes_from,
     sequence_logprob,
     sequence_logprob_reference,
 )
@@ -90,7 +91,7 @@ def test_a_known_logit_change_gives_the_closed_form_change():
     probe = Probe((1, 4), (6, 3, 2))  # rows 4, 6, 3 are read; only row 4 is edited
     meter = ProbeMeter([probe], pad_id=0)
     assert meter.measure(model) == {}  # the first measurement is the baseline
-    p = float(torch.softmax(model.table[4].double(), 0)[6])
+    p = float(torch.softmax(model.table[4].detach().double(), 0)[6])
     with torch.no_grad():
         model.table[4, 6] += delta
     got = meter.measure(model)
@@ -98,7 +99,7 @@ def test_a_known_logit_change_gives_the_closed_form_change():
     assert got["probe/mean_change"] == pytest.approx(want, rel=1e-5)
     assert got["probe/mean_change"] > 0 and got["probe/fell_fraction"] == 0.0
     # lowering it by the same amount: the mass falls, by the mirrored closed form
-    p = float(torch.softmax(model.table[4].double(), 0)[6])
+    p = float(torch.softmax(model.table[4].detach().double(), 0)[6])
     with torch.no_grad():
         model.table[4, 6] -= 2 * delta
     got = meter.measure(model)
@@ -113,7 +114,7 @@ def test_a_competing_token_lowers_the_answer_mass():
     model = BigramModel(9, seed=1)
     probe = Probe((2,), (5, 1))
     before = answer_logprobs(model, [probe], pad_id=0)
-    q = float(torch.softmax(model.table[2].double(), 0)[7])
+    q = float(torch.softmax(model.table[2].detach().double(), 0)[7])
     with torch.no_grad():
         model.table[2, 7] += 1.5
     after = answer_logprobs(model, [probe], pad_id=0)
@@ -142,18 +143,17 @@ def test_measuring_keeps_the_train_mode():
     assert model.training
 
 
-def test_load_probes_tokenizes_like_the_demo(tmp_path):
+def test_probes_from_tokenizes_like_the_demo(tmp_path):
     from demo.model import build_tokenizer
+    from services.learner.prompts import load_prompts
 
     tok = build_tokenizer()
     path = tmp_path / "probes.jsonl"
-    path.write_text(
-        "\n".join(json.dumps({"prompt": p, "reference": r}) for p, r in [("12+3=", "15")]) + "\n"
-    )
-    [probe] = load_probes(path, tok)
+    path.write_text(json.dumps({"prompt": "12+3=", "reference": "15"}) + "\n")
+    [probe] = probes_from(load_prompts(str(path), field="probe.path"), tok)
     assert probe.prompt_ids == tuple(tok.encode("12+3="))
     assert probe.answer_ids == (*tok.encode("15", add_special_tokens=False), tok.eos_token_id)
     empty = tmp_path / "empty.jsonl"
     empty.write_text("\n")
-    with pytest.raises(ValueError, match="no probes"):
-        load_probes(empty, tok)
+    with pytest.raises(InvalidArgument, match="probe.path"):
+        load_prompts(str(empty), field="probe.path")
