@@ -1,0 +1,67 @@
+"""A shortened `brorl study broaden`: one seed, tiny budgets, through the real services. It must
+detect the (forced) plateau, run every continuation arm, and write results whose curves have
+the stated number of points, the tables and the plots."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from brorl.apps.launcher import REPO_ROOT
+
+pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.redis]
+
+EVAL_POINTS = 2
+WARMSTART = "[--steps,150,--eval-problems,50,--max-digits,3,--min-digits,3,--zero-pad,0.0]"
+
+
+def test_short_broaden_study_writes_results_tables_and_plots(tmp_path):
+    out = tmp_path / "docs"
+    cmd = [
+        sys.executable, "-m", "brorl.apps.cli", "study", "broaden",
+        "--workdir", str(tmp_path / "work"), "--base-port", "50660",
+        "seeds=[0]", "small_n=4", "wide_n=16", "workers=1", "train_problems=500",
+        f"warmstart={WARMSTART}", "eval_problems=50",
+        # min gain 1.0 over a window of 1: the second evaluation (step 1) is a plateau
+        "eval_every=1", "plateau_window=1", "plateau_min_gain=1.0", "saturate_max_steps=3",
+        "sample_budget=160", "wall_s=15", "budget_n=8", "budget_n_min=2", "budget_n_max=14",
+        f"eval_points={EVAL_POINTS}", "probe_problems=8", "passk_problems=8", "passk_samples=8",
+        "run.train.groups_per_step=2", f"out={out}",
+    ]  # fmt: skip
+    proc = subprocess.run(cmd, cwd=REPO_ROOT, capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    report = json.loads((out / "results.json").read_text())
+    sat = report["saturation"]
+    assert sat["plateau_reached"] and sat["step"] == 1 and len(sat["curve"]) == 1
+    assert list(sat["pass_at_k"]) == ["1", "2", "4", "8"]
+    arms = [(r["regime"], r["label"]) for r in report["runs"]]
+    assert arms == [
+        ("equal_samples", "N=4"),
+        ("equal_samples", "N=16"),
+        ("equal_wall", "N=4"),
+        ("equal_wall", "N=16"),
+        ("budget", "uniform N=8"),
+        ("budget", "adaptive 2..14"),
+    ]
+    for r in report["runs"]:
+        assert r["steps"] >= EVAL_POINTS, r
+        assert len(r["curve"]) == EVAL_POINTS
+        assert [p["step"] for p in r["curve"]][-1] == r["steps"]
+        assert all(0.0 <= p["accuracy"] <= 1.0 for p in r["curve"])
+        assert list(r["pass_at_k"]) == ["1", "2", "4", "8"]
+        assert 0.0 <= r["probe_fell_fraction_mean"] <= 1.0
+        assert 0.0 <= r["mixed_groups_mean"] <= 1.0 and r["eur_mean"] is not None
+        if r["regime"] != "equal_wall":  # stopped before the next step would pass the budget
+            assert r["generated"] <= 160 + 2 * r["n"] * 2, r
+    tables = (out / "tables.md").read_text()
+    assert "### Saturation" in tables and "| budget | adaptive 2..14 |" in tables
+    for name in (
+        "saturation.png",
+        "accuracy_equal_samples.png",
+        "accuracy_equal_wall.png",
+        "accuracy_budget.png",
+        "pass_at_k.png",
+        "probe_mass.png",
+    ):
+        assert (out / name).stat().st_size > 1000
