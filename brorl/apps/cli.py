@@ -189,11 +189,12 @@ def build_parser() -> argparse.ArgumentParser:
     sweep_cmd.add_arguments(sw)
     sw.set_defaults(handler=sweep_cmd.run_sweep)
 
-    st = sub.add_parser(
-        "study", help="broaden: N=16 to a plateau, then N=16 vs N=512 (writes docs/broadening)"
+    st = sub.add_parser("study", help="studies of BroRL's claims (docs/broadening.md)")
+    broaden = st.add_subparsers(dest="study", required=True).add_parser(
+        "broaden", help="N=16 to a plateau, then N=16 vs N=512 (writes docs/broadening)"
     )
-    study_cmd.add_arguments(st)
-    st.set_defaults(handler=study_cmd.run_study)
+    study_cmd.add_arguments(broaden)
+    broaden.set_defaults(handler=study_cmd.run_study)
 
     c = sub.add_parser("cluster", help="start reward, K rollout workers and the learner locally")
     c.add_argument("--model", required=True, help="HF model directory the rollout workers load")

@@ -75,7 +75,7 @@ class BroadenConfig(recipe.RecipeConfig):
 
 
 def add_arguments(p) -> None:
-    p.add_argument("study", choices=["broaden"], help="which study")
+    """``p``: the parser of ``brorl study broaden``."""
     recipe.add_arguments(
         p,
         recipe.CONFIGS / "broaden.yaml",
