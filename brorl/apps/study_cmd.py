@@ -174,9 +174,11 @@ def drive(client: LearnerClient, run_id: str, on_step: Callable[[int, dict, floa
     return {"state": info.state, "step": info.step, "run_dir": info.run_dir}
 
 
-def read_metrics(run_dir: Path) -> list[dict]:
-    lines = (run_dir / "metrics.jsonl").read_text().splitlines()
-    return [m for m in map(json.loads, lines) if "learner/loss" in m]
+def read_metrics(run_dir: Path) -> tuple[list[dict], float]:
+    """A run's update metrics and the time of its start event (the wall clock's zero)."""
+    lines = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    t0 = next((m["time"] for m in lines if m.get("event") == "start"), lines[0]["time"])
+    return [m for m in lines if "learner/loss" in m], t0
 
 
 def plateau_model(version_dir: Path, warmstart: Path, out: Path) -> Path:
@@ -248,9 +250,10 @@ def eval_points(steps: int, k: int) -> list[int]:
     return sorted({max(1, round(steps * (i + 1) / k)) for i in range(k)})
 
 
-def summarize(row: dict, metrics: list[dict], acc: dict[int, float], passk: dict) -> dict:
+def summarize(row: dict, run: tuple[list[dict], float], acc: dict[int, float], passk: dict):
+    """One continuation run's row of results.json (``run``: ``read_metrics``)."""
+    metrics, t0 = run
     by_step = {m["step"]: m for m in metrics}
-    t0 = metrics[0]["time"] - metrics[0].get("learner/step_s", 0.0)
 
     def mean(key):
         vals = [m[key] for m in metrics if key in m]

@@ -58,6 +58,17 @@ class JobFeed:
         self.pass_rates = PassRates(b.success_reward if isinstance(b, AdaptiveBudget) else 1.0)
         self._blocks: dict[int, list[int]] = {}  # block -> paths per group (adaptive budget)
 
+    def budget_state(self) -> dict:
+        """What a checkpoint keeps of the budget: the pass-rate counts and the blocks already
+        allocated (a group re-sent after a resume keeps the n its first jobs had, so parts of
+        both sendings fit together)."""
+        blocks = {str(b): n for b, n in self._blocks.items()}
+        return {"pass_rates": self.pass_rates.state(), "blocks": blocks}
+
+    def restore_budget(self, state: dict) -> None:
+        self.pass_rates = PassRates(self.pass_rates.success_reward, state.get("pass_rates"))
+        self._blocks = {int(b): list(n) for b, n in state.get("blocks", {}).items()}
+
     def top_up(self, consumed: int, step: int) -> None:
         """Enqueue groups until ``max_inflight_groups`` are in flight (enqueued − ``consumed``)."""
         while self.cursor - consumed < self.cfg.asynchrony.max_inflight_groups:

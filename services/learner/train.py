@@ -31,7 +31,7 @@ from brorl.runconfig import RunConfig
 from brorl.weights import WeightStore
 from services.learner.dead_letters import DeadLetterWatch
 from services.learner.intake import GroupIntake
-from services.learner.jobfeed import JobFeed, PassRates
+from services.learner.jobfeed import JobFeed
 from services.learner.probe import ProbeMeter
 from services.learner.prompts import load_prompts
 from services.learner.publish import publish_version
@@ -202,7 +202,7 @@ class Trainer:
                 "consumed": self.intake.consumed,
                 "seen": self.intake.seen.state(),
                 "counters": dict(self.counters.counts),
-                "pass_rates": self.feed.pass_rates.state(),
+                "budget": self.feed.budget_state(),
                 "rng": rng_state(),
             },
         )
@@ -223,9 +223,7 @@ class Trainer:
         self.feed.cursor, self.intake.consumed = client["cursor"], client["consumed"]
         self.intake.seen = SeenGroups.from_state(client["seen"])
         self.counters = RunCounters(client.get("counters", {}))
-        self.feed.pass_rates = PassRates(
-            self.feed.pass_rates.success_reward, client.get("pass_rates", {})
-        )
+        self.feed.restore_budget(client.get("budget", {}))
         set_rng_state(client["rng"])
         # Groups in flight at the checkpoint may have been consumed (and acked) since: send them
         # again under this process's job ids; jobs queued by the crashed process go.

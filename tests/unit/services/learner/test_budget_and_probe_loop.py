@@ -76,9 +76,37 @@ def test_pass_rate_counts_are_checkpointed(tmp_path):
 
     run_trainer(tmp_path, fake_rollout(rewards), sampling={"n": 4, "budget": BUDGET})
     [ckpt] = sorted((tmp_path / "run" / "checkpoints").glob("step*/client.json"))
-    counts = json.loads(ckpt.read_text())["pass_rates"]
+    state = json.loads(ckpt.read_text())["budget"]
+    counts = state["pass_rates"]
     assert counts and all(0 < s < t for s, t in counts.values())
     assert all(k.isdigit() for k in counts)
+    assert state["blocks"] and all(sum(n) == 16 for n in state["blocks"].values())
+
+
+def test_a_resumed_feed_keeps_pass_rates_and_allocated_blocks(tmp_path):
+    from brorl.runconfig import RunConfig
+    from services.learner.jobfeed import JobFeed
+    from services.learner.prompts import Prompt
+    from tests.memory_queue import MemoryChannels
+
+    cfg = RunConfig.model_validate(
+        {
+            "model": "m",
+            "data": {"train_path": "t"},
+            "sampling": {"budget": BUDGET},
+            "train": {"groups_per_step": 2},
+        }
+    )
+    prompts = [Prompt(f"{i}+1=", str(i + 1)) for i in range(6)]
+    queue = MemoryChannels("r", lambda ch: None).prompt_queue("rollout")
+    feed = JobFeed("r", cfg, prompts, queue, epoch="a")
+    feed.pass_rates.counts = {feed.order[0]: [9, 10], feed.order[1]: [5, 10]}
+    sizes = [feed.group_size(c) for c in range(2)]
+    assert sum(sizes) == 16 and sizes[1] > sizes[0]  # p = 0.5 beats p = 0.83
+    again = JobFeed("r", cfg, prompts, queue, epoch="b")
+    again.restore_budget(json.loads(json.dumps(feed.budget_state())))
+    again.pass_rates.counts.clear()  # the blocks, not a recomputation, give the sizes
+    assert [again.group_size(c) for c in range(2)] == sizes
 
 
 class ShrinkingPolicy(RecordingPolicy):
