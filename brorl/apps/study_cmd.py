@@ -259,6 +259,7 @@ def summarize(row: dict, run: tuple[list[dict], float], acc: dict[int, float], p
         vals = [m[key] for m in metrics if key in m]
         return statistics.fmean(vals) if vals else None
 
+    probed = [m for m in metrics if "probe/mean_change" in m]
     curve = [
         {
             "step": s,
@@ -280,6 +281,10 @@ def summarize(row: dict, run: tuple[list[dict], float], acc: dict[int, float], p
         "mixed_groups_mean": mean("explore/mixed_groups"),
         "probe_fell_fraction_mean": mean("probe/fell_fraction"),
         "probe_mean_change_mean": mean("probe/mean_change"),
+        # updates that lowered the probes' mean correct-answer log-prob, of all measured
+        "probe_updates_lowering": (
+            statistics.fmean(m["probe/mean_change"] < 0 for m in probed) if probed else None
+        ),
     }
 
 

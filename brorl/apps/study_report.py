@@ -14,6 +14,7 @@ COLUMNS = [
     ("mixed_groups_mean", "mixed groups"),
     ("probe_fell_fraction_mean", "probes fell (fraction)"),
     ("probe_mean_change_mean", "probe Δ log-prob"),
+    ("probe_updates_lowering", "updates lowering probe mass"),
 ]
 
 

@@ -52,6 +52,7 @@ def fake_report(labels):
                     "mixed_groups_mean": 0.6,
                     "probe_fell_fraction_mean": 0.25,
                     "probe_mean_change_mean": 0.01,
+                    "probe_updates_lowering": 0.5,
                 }
             )
     return {
