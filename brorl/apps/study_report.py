@@ -160,7 +160,8 @@ def write_plots(report: dict, out: Path) -> None:
             fontsize=7,
         )
     ax.set_xticks(range(len(names)), names, fontsize=7)
-    ax.set_ylabel("fraction of probes whose answer mass fell, per update")
+    ax.set_ylabel("probes whose answer mass fell")
+    ax.set_title("per update, mean over updates and seeds (Δ: mean log-prob change)")
     ax.set_ylim(0, 1)
     fig.tight_layout()
     fig.savefig(out / "probe_mass.png", dpi=100)
