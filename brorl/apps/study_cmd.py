@@ -227,7 +227,6 @@ def saturate(cfg, inputs, probes, client, stamp) -> dict:
 
 def continue_arm(cfg, inputs, probes, client, stamp, arm) -> dict:
     """One continuation run from the plateau policy, stopped by its regime's rule."""
-    per_step = int(cfg.run.get("train", {}).get("groups_per_step", 1))
     rc = run_config(cfg, inputs, probes, arm["n"], arm["seed"], cfg.max_steps, arm["budget"])
     tag = arm["label"].replace(" ", "_").replace("=", "").replace(".", "-")
     run_id = f"broaden-{stamp}-{arm['regime']}-{tag}-s{arm['seed']}"
@@ -236,10 +235,11 @@ def continue_arm(cfg, inputs, probes, client, stamp, arm) -> dict:
 
         def stop(step, m, elapsed):
             return elapsed >= cfg.wall_s
-    else:  # equal generated samples; at least one update
+    else:  # equal generated samples: stop when the next step, at this run's mean generation
+        # per step so far (all-equal groups included), would pass the budget
 
         def stop(step, m, elapsed):
-            return m.get("rollout/generated", 0) + arm["n"] * per_step > cfg.sample_budget
+            return m.get("rollout/generated", 0) * (step + 1) / step > cfg.sample_budget
 
     final = drive(client, run_id, stop)
     return {**arm, "run_id": run_id, "run_dir": final["run_dir"], "steps": final["step"]}

@@ -28,7 +28,7 @@ def test_short_broaden_study_writes_results_tables_and_plots(tmp_path):
         f"warmstart={WARMSTART}", "eval_problems=50",
         # min gain 1.0 over a window of 1: the second evaluation (step 1) is a plateau
         "eval_every=1", "plateau_window=1", "plateau_min_gain=1.0", "saturate_max_steps=3",
-        "sample_budget=320", "wall_s=20", "budget_n=8", "budget_n_min=2", "budget_n_max=14",
+        "sample_budget=640", "wall_s=20", "budget_n=8", "budget_n_min=2", "budget_n_max=14",
         f"eval_points={EVAL_POINTS}", "probe_problems=8", "passk_problems=8", "passk_samples=8",
         "run.train.groups_per_step=2", "run.reward_fn=format", f"out={out}",
     ]  # fmt: skip
