@@ -149,9 +149,8 @@ class Trainer:
     def start(self) -> None:
         self.policy = self.build_policy()
         self.probe = None
-        if self.cfg.probe is not None:  # the baseline: the policy before the first update
+        if self.cfg.probe is not None:
             self.probe = ProbeMeter.for_run(self.cfg.probe.path, self.cfg.model, self.policy.pad_id)
-            self._measure_probes()
         asynchrony = self.cfg.asynchrony
         dead = DeadLetterWatch(self.channels, self.feed.queue, asynchrony.dead_letter_retries)
         self.intake = GroupIntake(
@@ -167,6 +166,8 @@ class Trainer:
             # run before load it rather than keep that run's weights.
             self.version = -1
             self.publish()
+        if self.probe is not None:  # the baseline: the policy before this process's updates
+            self._measure_probes()
         self._redis(lambda: self.registry.announce(self.run_id), "announcing the run")
         self.state.emit({"learner/weight_version": self.version}, event="start")
 
