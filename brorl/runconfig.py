@@ -68,8 +68,45 @@ TemperatureSchedule = Annotated[
 ]
 
 
+class UniformBudget(StrictModel):
+    kind: Literal["uniform"] = Field(description="Every group gets `sampling.n` paths.")
+
+
+class AdaptiveBudget(StrictModel):
+    kind: Literal["adaptive"] = Field(
+        description="Split `total` paths over each block of `train.groups_per_step` groups by "
+        "their prompts' estimated pass rates (services/learner/budget.py)."
+    )
+    total: int = Field(..., ge=1, description="Paths per block of train.groups_per_step groups.")
+    n_min: int = Field(2, ge=1, description="Fewest paths a group gets.")
+    n_max: int = Field(1024, ge=1, le=4096, description="Most paths a group gets.")
+    objective: Literal["variance", "mixed_group"] = Field(
+        "variance",
+        description="'variance': minimise sum p(1-p)/n, the gradient estimate's variance "
+        "(n ~ sqrt(p(1-p))); 'mixed_group': maximise the expected number of groups with both "
+        "outcomes (docs/broadening.md).",
+    )
+    success_reward: float = Field(
+        1.0, description="A path counts as a success for the pass-rate estimate at this reward."
+    )
+
+    @model_validator(mode="after")
+    def _bounds(self):
+        if self.n_max < self.n_min:
+            raise ValueError(f"n_max ({self.n_max}) must be >= n_min ({self.n_min})")
+        return self
+
+
+PathBudget = Annotated[Union[UniformBudget, AdaptiveBudget], Field(discriminator="kind")]
+
+
 class SamplingConfig(StrictModel):
     n: int = Field(512, ge=1, le=4096, description="Paths sampled per prompt (BroRL: 256-1024).")
+    budget: PathBudget = Field(
+        default_factory=lambda: UniformBudget(kind="uniform"),
+        description="Paths per group: {kind: uniform} (`n` each) or {kind: adaptive, total, "
+        "n_min, n_max} (more paths to prompts of uncertain pass rate).",
+    )
     temperature: float = Field(
         1.0,
         ge=0.0,
@@ -427,6 +464,15 @@ class WeightsConfig(StrictModel):
     )
 
 
+class ProbeConfig(StrictModel):
+    path: str = Field(
+        ..., description='JSONL of {"prompt": ..., "reference": ...}: the probe prompts.'
+    )
+    every: int = Field(
+        1, ge=1, description="Measure the probes' correct-answer log-prob every this many updates."
+    )
+
+
 class RunConfig(StrictModel):
     model: str = Field(
         ...,
@@ -482,8 +528,24 @@ class RunConfig(StrictModel):
         description="Where metrics go besides metrics.jsonl: TensorBoard, W&B, MLflow "
         "(docs/observability.md).",
     )
+    probe: ProbeConfig | None = Field(
+        None,
+        description="Probe mass (services/learner/probe.py): the change of the policy's "
+        "log-prob of known correct answers, logged as probe/* (none: off).",
+    )
 
     model_config = StrictModel.model_config | {"populate_by_name": True}
+
+    @model_validator(mode="after")
+    def _budget_fits(self):
+        b, k = self.sampling.budget, self.train.groups_per_step
+        if b.kind == "adaptive" and not k * b.n_min <= b.total <= k * b.n_max:
+            raise ValueError(
+                f"sampling.budget.total = {b.total} cannot be split over train.groups_per_step "
+                f"= {k} groups of {b.n_min}..{b.n_max} paths: it must lie in "
+                f"[{k * b.n_min}, {k * b.n_max}]"
+            )
+        return self
 
 
 def parse_run_config(text: str) -> RunConfig:

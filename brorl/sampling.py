@@ -130,11 +130,16 @@ class JobPart:
     explore: common_pb2.ExploreParams
 
 
-def job_parts(sampling_cfg, explore_cfg, step: int) -> list[JobPart]:
+def job_parts(sampling_cfg, explore_cfg, step: int, n: int | None = None) -> list[JobPart]:
     """The prompt jobs of one group at learner ``step``, from a run config's ``sampling`` and
-    ``explore`` sections (``brorl.runconfig.SamplingConfig`` / ``ExploreConfig``)."""
+    ``explore`` sections (``brorl.runconfig.SamplingConfig`` / ``ExploreConfig``). ``n``: the
+    group's paths when a per-prompt budget sets them (``sampling.budget``), else ``sampling.n``;
+    fan-out and the oversampling share follow the group's own n."""
     s, e = sampling_cfg, explore_cfg
-    sizes = part_sizes(s.n, s.max_paths_per_job)
+    n = s.n if n is None else n
+    if n < 1:
+        raise ValueError(f"a group needs at least 1 path, got n={n}")
+    sizes = part_sizes(n, s.max_paths_per_job)
     per_job = sizes[0]
     return [
         JobPart(
@@ -150,7 +155,7 @@ def job_parts(sampling_cfg, explore_cfg, step: int) -> list[JobPart]:
                 stop=s.stop,
             ),
             explore=common_pb2.ExploreParams(
-                oversample_m=part_oversample(e.oversample_m, size, s.n),
+                oversample_m=part_oversample(e.oversample_m, size, n),
                 dedup=e.dedup,
                 dedup_threshold=e.dedup_threshold,
                 dedup_method=e.dedup_method,

@@ -25,7 +25,7 @@ import grpc
 import redis
 import yaml
 
-from brorl.apps import demo_cmd, recipe, sweep_cmd
+from brorl.apps import demo_cmd, recipe, study_cmd, sweep_cmd
 from brorl.apps.launcher import REPO_ROOT
 from brorl.config import load_config, parse_text
 from brorl.errors import BrorlError
@@ -305,20 +305,18 @@ def _local_cluster(args, workers: int) -> None:
     redis_ready("--redis-url", args.redis_url)
 
 
-def check_sweep(args, rest) -> None:
-    cfg = _recipe(sweep_cmd.SweepConfig, args, "sweep")
-    output_dir("--workdir", args.workdir)
-    output_dir("out", str(REPO_ROOT / cfg.out))
-    ports = sweep_cmd.ports(args.base_port)
-    free_ports(
-        cluster_ports(
-            cfg.workers,
-            ("--base-port", ports["reward_port"]),
-            ("--base-port", ports["learner_port"]),
-            ("--base-port", ports["rollout_base_port"]),
-        )
-    )
-    redis_ready("--redis-url", args.redis_url)
+def _recipe_on_base_port(cls, ports_of, command: str):
+    """The check of a recipe command on a cluster at ``--base-port`` (sweep, study)."""
+
+    def check(args, rest) -> None:
+        cfg = _recipe(cls, args, command)
+        output_dir("--workdir", args.workdir)
+        output_dir("out", str(REPO_ROOT / cfg.out))
+        named = [("--base-port", port) for port in ports_of(args.base_port).values()]
+        free_ports(cluster_ports(cfg.workers, *named))
+        redis_ready("--redis-url", args.redis_url)
+
+    return check
 
 
 def check_run(args, rest) -> None:
@@ -392,7 +390,8 @@ def check_report(args, rest) -> None:
 
 PREFLIGHT = {
     "demo": check_demo,
-    "sweep": check_sweep,
+    "sweep": _recipe_on_base_port(sweep_cmd.SweepConfig, sweep_cmd.ports, "sweep"),
+    "study": _recipe_on_base_port(study_cmd.BroadenConfig, study_cmd.ports, "study"),
     "cluster": check_cluster,
     "run": check_run,
     "generate": check_generate,

@@ -2,6 +2,7 @@
 
 brorl demo                       warm-start (cached) + local cluster + RL run + evaluation
 brorl sweep                      the BroRL table: N in {16,64,256,512}, equal samples / steps
+brorl study broaden              saturate with N=16, then broaden to N=512 (docs/broadening.md)
 brorl cluster --model DIR        reward + K rollout workers + learner as local processes
 brorl run start CONFIG           start a run on a learner (watch with --watch)
 brorl run status|watch|stop|checkpoint RUN_ID
@@ -28,7 +29,7 @@ from pathlib import Path
 
 import grpc
 
-from brorl.apps import checks, demo_cmd, report, sweep_cmd
+from brorl.apps import checks, demo_cmd, report, study_cmd, sweep_cmd
 from brorl.apps.launcher import REPO_ROOT, Cluster, ClusterSpec
 from brorl.apps.scrape_targets import FILE_SD
 from brorl.apps.progress import watch_run
@@ -191,6 +192,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sweep_cmd.add_arguments(sw)
     sw.set_defaults(handler=sweep_cmd.run_sweep)
+
+    st = sub.add_parser("study", help="studies of BroRL's claims (docs/broadening.md)")
+    broaden = st.add_subparsers(dest="study", required=True).add_parser(
+        "broaden", help="N=16 to a plateau, then N=16 vs N=512 (writes docs/broadening)"
+    )
+    study_cmd.add_arguments(broaden)
+    broaden.set_defaults(handler=study_cmd.run_study)
 
     c = sub.add_parser("cluster", help="start reward, K rollout workers and the learner locally")
     c.add_argument("--model", required=True, help="HF model directory the rollout workers load")

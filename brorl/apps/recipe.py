@@ -170,6 +170,30 @@ def accuracy(model: Path, n: int) -> float:
     return json.loads(out.strip().splitlines()[-1])["accuracy"]
 
 
+def eval_dirs(tokenizer: Path, dirs: list[Path], n: int) -> dict[str, float]:
+    """Held-out greedy accuracy of model directories (e.g. published weight versions, which
+    hold no tokenizer) in one ``python -m demo.eval_many`` process: {str(dir): accuracy}."""
+    if not dirs:
+        return {}
+    out = python_module(
+        "demo.eval_many",
+        "--tokenizer",
+        str(tokenizer),
+        "--n",
+        str(n),
+        *map(str, dirs),
+        capture=True,
+    )
+    return {row["model"]: row["accuracy"] for row in map(json.loads, out.splitlines())}
+
+
+def eval_versions(weights: Path, tokenizer: Path, versions: list[int], n: int) -> dict[int, float]:
+    """Held-out greedy accuracy of the published weight versions of a run's weight store."""
+    dirs = {v: weights / f"v{v:08d}" for v in versions}
+    acc = eval_dirs(tokenizer, list(dirs.values()), n)
+    return {v: acc[str(d)] for v, d in dirs.items()}
+
+
 def prepare_inputs(cfg: RecipeConfig, work: Path) -> DemoInputs:
     """Warm-start model (cached under ``work``), RL prompt set and the warm-start's accuracy."""
     model = work / "warmstart"

@@ -88,19 +88,6 @@ def plan(cfg: SweepConfig) -> list[dict]:
     return runs
 
 
-def eval_versions(weights: Path, tokenizer: Path, versions: list[int], n: int) -> dict[int, float]:
-    """Held-out greedy accuracy of published weight versions (``python -m demo.eval_many``)."""
-    dirs = [str(weights / f"v{v:08d}") for v in versions]
-    out = recipe.python_module(
-        "demo.eval_many", "--tokenizer", str(tokenizer), "--n", str(n), *dirs, capture=True
-    )
-    acc = {}
-    for line in out.splitlines():
-        row = json.loads(line)
-        acc[int(Path(row["model"]).name[1:])] = row["accuracy"]
-    return acc
-
-
 def summarize(run: dict, metrics: list[dict]) -> dict:
     """One row of the report from a run's metrics.jsonl."""
     steps = [m for m in metrics if "learner/loss" in m]
@@ -172,7 +159,7 @@ def run_sweep(args) -> int:
                     for k in range(cfg.eval_points)
                 }
             )
-            acc = eval_versions(run_dir / "weights", inputs.model, points, cfg.eval_problems)
+            acc = recipe.eval_versions(run_dir / "weights", inputs.model, points, cfg.eval_problems)
             row = summarize(run, metrics)
             per_step = rc.train.groups_per_step * run["n"]
             row["accuracy_curve"] = [

@@ -1,24 +1,27 @@
 """Per-prompt sampling budget: split a step's paths across prompts by their pass rate
 (pure Python, no torch).
 
-Why: a group only teaches the policy when its advantages are not all zero, i.e. when it holds
-at least one success and one failure. A prompt the policy always (p ~ 1) or never (p ~ 0)
-solves wastes most of its paths; an uncertain one (p ~ 0.5) uses them. With a fixed total
-budget per step, giving paths where they are most likely to produce signal is the cheapest
-way to get BroRL's "wider sampling" benefit.
+Why: with a fixed total budget per step, paths spent on prompts the policy always (p ~ 1) or
+never (p ~ 0) solves carry almost no learning signal; an uncertain prompt (p ~ 0.5) uses them.
+``allocate`` solves max sum_i f(n_i, p_i) s.t. sum_i n_i = total, n_min <= n_i <= n_max for one
+of two objectives f (``objective=``):
 
-Objective (``group_usefulness``): for a group of n paths of a prompt with pass rate p,
+``"variance"`` (the default): f(n, p) = -p (1 - p) / n, i.e. minimise the variance of the
+step's policy-gradient estimate. For a 0/1 reward, prompt i's gradient estimate from n_i paths,
+(1/n_i) sum_j (r_j - p_i) grad log pi(y_j), has variance ~ p_i (1 - p_i) c / n_i (c the mean
+squared score norm, taken equal across prompts); prompts are sampled independently, so the
+step's variance is the sum. Its continuous optimum is Neyman allocation,
+n_i ~ sqrt(p_i (1 - p_i)): p = 0.5 gets 3.6x the paths of p = 0.02 or 0.98 at *every* budget,
+and p in {0, 1} gets n_min. This is what the per-prompt budget is for ("prompts near 0 or 1 get
+few paths, uncertain ones many").
 
-    u(n, p) = P(at least one success and at least one failure) = 1 - p**n - (1 - p)**n
-
-``allocate`` maximises sum_i u(n_i, p_i) subject to sum_i n_i = total, n_min <= n_i <= n_max.
-
-What that objective does, in numbers: the gain of one more path is p**n (1-p) + (1-p)**n p,
-~0.5**n at p = 0.5 but ~0.02 * 0.98**n at p = 0.02. So while the budget is tight (a few
-paths per prompt) uncertain prompts get the most; once they are saturated (u(9, 0.5) = 0.998)
-the extra paths go to rare-success and rare-failure prompts (p = 0.02 or 0.98), which still
-miss both outcomes often. Only p exactly 0 or 1 gets nothing beyond n_min. At BroRL's wide
-budgets (hundreds of paths per prompt) the second regime is the usual one.
+``"mixed_group"``: f(n, p) = u(n, p) = 1 - p**n - (1 - p)**n, the probability that the group has
+a success and a failure (a non-zero advantage). Kept for comparison, because it misbehaves at
+BroRL's widths: its gain p**n (1-p) + (1-p)**n p is ~0.5**n at p = 0.5 but ~0.02 * 0.98**n at
+p = 0.02, so p = 0.5 saturates at ~9 paths (u = 0.998) and every further path goes to the
+rare-success / rare-failure prompts (200 paths over p = 0.02, 0.5, 0.98, 0.3 give 89, 9, 89,
+13). It counts whether a group has *any* signal, not how much; at wide budgets nearly every
+group has some, and the objective then spends the budget on the weakest ones.
 """
 
 from __future__ import annotations
@@ -44,6 +47,26 @@ def _check_p(i: int, p: float) -> None:
         raise ValueError(f"pass_rates[{i}] = {p!r} is outside [0, 1]")
 
 
+def gradient_variance(n: int, p: float) -> float:
+    """p (1 - p) / n: the variance (in units of the mean squared score norm) of the gradient
+    estimate of a prompt with pass rate p from n paths (module docstring); n >= 1."""
+    if isinstance(n, bool) or int(n) != n or n < 1:
+        raise ValueError(f"n must be an int >= 1, got {n!r}")
+    _check_p(0, p)
+    return p * (1.0 - p) / n
+
+
+OBJECTIVES = ("variance", "mixed_group")
+
+
+def _log_gain_variance(n: int, p: float) -> float:
+    """log of the variance removed by path n+1: p(1-p) (1/n - 1/(n+1)) = p(1-p) / (n (n+1));
+    -inf for p in {0, 1}. Falls with n, so the objective is concave."""
+    if p <= 0.0 or p >= 1.0:
+        return -math.inf
+    return math.log(p) + math.log1p(-p) - math.log(n) - math.log(n + 1)
+
+
 def _log_gain(n: int, p: float) -> float:
     """log(u(n+1, p) - u(n, p)) for n >= 1; -inf when the gain is 0 (p in {0, 1}).
 
@@ -58,28 +81,39 @@ def _log_gain(n: int, p: float) -> float:
     return hi + math.log1p(math.exp(lo - hi))
 
 
-def allocate(pass_rates: Sequence[float], total: int, n_min: int, n_max: int) -> list[int]:
+def allocate(
+    pass_rates: Sequence[float],
+    total: int,
+    n_min: int,
+    n_max: int,
+    objective: str = "variance",
+) -> list[int]:
     """Paths per prompt (len = len(pass_rates), sum = total, each in [n_min, n_max]) that
-    maximise sum_i group_usefulness(n_i, p_i).
+    optimise ``objective`` (module docstring): "variance" minimises
+    sum_i gradient_variance(n_i, p_i), "mixed_group" maximises sum_i group_usefulness(n_i, p_i).
 
     Greedy: start every prompt at n_min, then hand out the remaining paths one at a time, each
-    to the prompt whose next path adds the most usefulness, u(n+1, p) - u(n, p); ties go to
+    to the prompt whose next path improves the objective most; ties go to
     the prompt with fewer paths so far, then the lower index (so prompts of equal or zero
     gain, e.g. p = 0 or 1 once the others are full, split the rest evenly).
 
     Why greedy is optimal (exact, not a heuristic): the objective is a sum of one-variable
-    functions, and each is concave in n for n >= 1: its gain p**n (1-p) + (1-p)**n p never
-    grows with n. So prompt i's gains form a non-increasing list, and any feasible allocation
-    earns sum_i u(n_min, p_i) plus the first (n_i - n_min) gains of each list. The best
-    allocation therefore takes the (total - len * n_min) largest gains of all lists together
-    (taking a list's first k is never worse than any k of its gains, because the list is
-    sorted); greedy takes exactly those, one largest remaining gain at a time. Each step is a
-    heap pop/push: O((total - len * n_min) log len), ~0.1 s for 50k paths over 100 prompts.
-    Gains are compared in log space (``_log_gain``); equal up to float64 rounding is a tie.
+    functions, and each is concave in n for n >= 1: its gain (p(1-p) / (n (n+1)), or
+    p**n (1-p) + (1-p)**n p) never grows with n. So prompt i's gains form a non-increasing
+    list, and any feasible allocation earns sum_i f(n_min, p_i) plus the first
+    (n_i - n_min) gains of each list. The best allocation therefore takes the
+    (total - len * n_min) largest gains of all lists together (taking a list's first k is
+    never worse than any k of its gains, because the list is sorted); greedy takes exactly
+    those, one largest remaining gain at a time. Each step is a heap pop/push:
+    O((total - len * n_min) log len), ~0.1 s for 50k paths over 100 prompts.
+    Gains are compared in log space; equal up to float64 rounding is a tie.
 
     pass_rates: estimated pass rate per prompt, each in [0, 1] (``pass_rate_estimate`` for
     prompts with history). total: the step's path budget. n_min >= 1, n_max >= n_min: paths
     per prompt. Raises ValueError when the bounds cannot be met or an input is invalid."""
+    if objective not in OBJECTIVES:
+        raise ValueError(f"objective must be one of {OBJECTIVES}, got {objective!r}")
+    log_gain = _log_gain_variance if objective == "variance" else _log_gain
     rates = [float(p) for p in pass_rates]
     for i, p in enumerate(rates):
         _check_p(i, p)
@@ -100,14 +134,14 @@ def allocate(pass_rates: Sequence[float], total: int, n_min: int, n_max: int) ->
 
     counts = [n_min] * k  # paths per prompt so far
     # heap entries: (-log gain of the next path, paths so far, index) -> largest gain first
-    heap = [(-_log_gain(n_min, p), n_min, i) for i, p in enumerate(rates) if n_min < n_max]
+    heap = [(-log_gain(n_min, p), n_min, i) for i, p in enumerate(rates) if n_min < n_max]
     heapq.heapify(heap)
     for _ in range(total - k * n_min):
         _, n, i = heapq.heappop(heap)
         n += 1
         counts[i] = n
         if n < n_max:
-            heapq.heappush(heap, (-_log_gain(n, rates[i]), n, i))
+            heapq.heappush(heap, (-log_gain(n, rates[i]), n, i))
     return counts
 
 

@@ -212,6 +212,13 @@ def _fitting(prompts: list[Prompt], tokenizer, budget: int) -> tuple[list[Prompt
     return keep, len(prompts) - len(keep)
 
 
+def load_prompts(path: str, field: str = "data.train_path") -> list[Prompt]:
+    """A JSONL (or any data file) of {"prompt", "reference"} rows with the default columns,
+    no chat rendering: e.g. the probe set; InvalidArgument names ``field``."""
+    rows = read_rows(path, "auto", "train", field)
+    return rows_to_prompts(rows, DataConfig(train_path=path), None, Path(path).name)
+
+
 class PromptOrder:
     """Deterministic prompt order: a fresh permutation per epoch, addressed by a cursor."""
 

@@ -147,6 +147,15 @@ class DistributedPolicy:
         fn = lambda: self.local.update(groups)  # noqa: E731
         return self.ranks.run("update", fn, None, pack_groups(groups))
 
+    @property
+    def model(self):
+        """Rank 0's model, for what only rank 0 reads (the probe set's log-probs)."""
+        return self.local.model
+
+    @property
+    def pad_id(self) -> int:
+        return self.local.pad_id
+
     def weights(self) -> dict:
         return self.ranks.run("weights", lambda: self.local.weights())
 

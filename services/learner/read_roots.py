@@ -44,6 +44,8 @@ class ReadRoots:
         cfg.data.train_path = str(self.check("data.train_path", cfg.data.train_path))
         if cfg.data.eval_path:
             cfg.data.eval_path = str(self.check("data.eval_path", cfg.data.eval_path))
+        if cfg.probe is not None:
+            cfg.probe.path = str(self.check("probe.path", cfg.probe.path))
         if cfg.explore.embedding_model:
             # Loaded by the rollout workers, which see the same paths in the launcher's and
             # compose's clusters; kept as written since a worker resolves it on its own disk.

@@ -27,7 +27,7 @@ from brorl.v1 import learner_pb2, learner_pb2_grpc
 from brorl.weights import WeightStore
 from services.learner.config import LearnerServiceConfig
 from services.learner.live_metrics import StepGauges, queue_samples
-from services.learner.prompts import load_run_prompts
+from services.learner.prompts import load_prompts, load_run_prompts
 from services.learner.read_roots import ReadRoots
 from services.learner.runstate import RunState
 from services.learner.sinks import build_sinks, check_trackers
@@ -103,6 +103,13 @@ class LearnerServicer(learner_pb2_grpc.LearnerServiceServicer):
         # into cfg, so config.yaml records them).
         prompts = load_run_prompts(cfg)
         check_trackers(cfg.logging)  # W&B / MLflow enabled but not installed: before any file
+        if cfg.probe is not None:
+            load_prompts(cfg.probe.path, field="probe.path")
+            if self.ranks is not None and self.config.zero_stage == 3:
+                raise InvalidArgument(
+                    "probe", "is measured on rank 0 alone, which ZeRO-3's partitioned "
+                    "parameters do not allow with several ranks: use zero_stage 2 or no probe"
+                )
         run_id = request.run_id or time.strftime("run-%Y%m%d-%H%M%S-") + uuid.uuid4().hex[:6]
         if not _RUN_ID.match(run_id):
             raise InvalidArgument("run_id", "use 1-64 letters, digits, '.', '_' or '-'")

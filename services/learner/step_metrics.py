@@ -65,6 +65,10 @@ def intake_metrics(intake: Intake) -> dict[str, float]:
         "rollout/workers_in_group": _mean([len({p.worker for p in g.paths}) for g in groups]),
         "reward/latency_ms": 1000 * _mean([g.score_seconds for g in groups]),
         "reward/mean": _mean(rewards),
+        # groups whose rewards differ (a non-zero advantage), of the step's groups with paths
+        "explore/mixed_groups": _mean(
+            [float(len({p.reward for p in g.paths}) > 1) for g in groups if g.paths]
+        ),
         "explore/reward_entropy": _mean(
             [reward_entropy([p.reward for p in g.paths]) for g in groups if g.paths]
         ),

@@ -33,6 +33,7 @@ from services.learner.dead_letters import DeadLetterWatch
 from services.learner.evaluation import HeldoutEval
 from services.learner.intake import GroupIntake
 from services.learner.jobfeed import JobFeed
+from services.learner.probe import ProbeMeter
 from services.learner.prompts import RunPrompts, load_run_prompts
 from services.learner.publish import WeightPublisher
 from services.learner.runstate import RunState
@@ -92,6 +93,8 @@ class Trainer:
             if intake is None:
                 break  # stop requested while waiting
             t1 = time.perf_counter()
+            for item in intake.consumed:
+                self.feed.pass_rates.record(item.group)
             update = self.policy.update(intake.groups)
             self._redis(lambda: self.intake.ack(intake.entries), "acking")
             self.counters.add(intake)
@@ -106,6 +109,8 @@ class Trainer:
             self._serve_checkpoint_request()
             self._evaluate()
             metrics = step_metrics(intake, update, self.counters)
+            if self.probe is not None and self.step % self.cfg.probe.every == 0:
+                metrics.update(self._measure_probes())
             t3 = time.perf_counter()
             metrics.update(
                 {
@@ -117,7 +122,13 @@ class Trainer:
                 }
             )
             self.state.step, self.state.weight_version = self.step, self.version
-            self.state.emit(metrics, extra={"groups": [g.group_id for g in intake.groups]})
+            self.state.emit(
+                metrics,
+                extra={
+                    "groups": [g.group_id for g in intake.groups],
+                    "group_paths": [len(g.paths) for g in intake.groups],
+                },
+            )
             self.state.samples(intake.groups, self.cfg.samples_every)
         self.finish()
 
@@ -147,8 +158,16 @@ class Trainer:
         return retry_while_down(fn, self.cfg.asynchrony.redis_outage_s, what)
 
     # -- start and end ------------------------------------------------------------------------
+    def _measure_probes(self) -> dict[str, float]:
+        t0 = time.perf_counter()
+        out = self.probe.measure(self.policy.model)
+        return {**out, "probe/seconds": time.perf_counter() - t0}
+
     def start(self) -> None:
         self.policy = self.build_policy()
+        self.probe = None
+        if self.cfg.probe is not None:
+            self.probe = ProbeMeter.for_run(self.cfg.probe.path, self.cfg.model, self.policy.pad_id)
         asynchrony = self.cfg.asynchrony
         dead = DeadLetterWatch(self.channels, self.feed.queue, asynchrony.dead_letter_retries)
         self.intake = GroupIntake(
@@ -165,6 +184,8 @@ class Trainer:
             # run before load it rather than keep that run's weights.
             self.version = -1
             self.publish()
+        if self.probe is not None:  # the baseline: the policy before this process's updates
+            self._measure_probes()
         self._redis(lambda: self.registry.announce(self.run_id), "announcing the run")
         data = {
             "data/train_prompts": len(self.data.train),
@@ -211,6 +232,7 @@ class Trainer:
                 "consumed": self.intake.consumed,
                 "seen": self.intake.seen.state(),
                 "counters": dict(self.counters.counts),
+                "budget": self.feed.budget_state(),
                 "rng": rng_state(),
             },
         )
@@ -231,6 +253,7 @@ class Trainer:
         self.feed.cursor, self.intake.consumed = client["cursor"], client["consumed"]
         self.intake.seen = SeenGroups.from_state(client["seen"])
         self.counters = RunCounters(client.get("counters", {}))
+        self.feed.restore_budget(client.get("budget", {}))
         set_rng_state(client["rng"])
         # Groups in flight at the checkpoint may have been consumed (and acked) since: send them
         # again under this process's job ids; jobs queued by the crashed process go.

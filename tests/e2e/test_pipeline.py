@@ -100,3 +100,36 @@ def test_fanned_out_group_of_1024_is_reassembled_once_from_two_workers(cluster):
     assert any(u["rollout/workers_in_group"] == 2 for u in updates), (
         updates
     )  # parts sampled by both workers
+
+
+def test_adaptive_budget_sends_unequal_groups_that_arrive_whole_with_probe_metrics(cluster):
+    # 41 paths over the 2 groups of a step can only be split unequally; parts of at most 16
+    # paths fan each group out over both workers. Every block of two groups (one step when
+    # none is dropped) must reach the learner with all 41 paths, whatever the split.
+    client = cluster["client"]
+    probes = cluster["data"].parent / "probes.jsonl"
+    probes.write_text("".join(cluster["data"].read_text().splitlines(keepends=True)[:8]))
+    run_id = f"budget-{uuid.uuid4().hex[:6]}"
+    extra = ", max_paths_per_job: 16, budget: {kind: adaptive, total: 41, n_min: 4, n_max: 37}"
+    cfg = run_config(cluster, steps=4, n=16, extra=extra) + f"probe: {{path: {probes}}}\n"
+    info = client.start(cfg, run_id=run_id)
+    metrics, final = follow(client, info.run_id)
+    assert final.state == "finished", final.message
+    lines = [
+        json.loads(line)
+        for line in (cluster["runs"] / run_id / "metrics.jsonl").read_text().splitlines()
+    ]
+    steps = [m for m in lines if "learner/loss" in m]
+    assert len(steps) == 4
+    sizes = {g: n for m in steps for g, n in zip(m["groups"], m["group_paths"])}
+    assert all(4 <= n <= 37 for n in sizes.values())
+    assert any(len(set(m["group_paths"])) > 1 for m in steps)  # unequal N in one update
+    blocks = {}
+    for g, n in sizes.items():
+        blocks.setdefault(int(g[1:]) // 2, []).append(n)
+    whole = [b for b in blocks.values() if len(b) == 2]
+    assert whole and all(sum(b) == 41 for b in whole), blocks
+    assert all(m["learner/paths"] == sum(m["group_paths"]) for m in steps)
+    assert steps[-1].get("learner/partial_groups", 0) == 0
+    for m in steps:  # measured on the learner's model after every update
+        assert 0.0 <= m["probe/fell_fraction"] <= 1.0 and "probe/mean_change" in m

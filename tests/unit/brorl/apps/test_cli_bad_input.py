@@ -137,6 +137,18 @@ ROWS = [
         "{busy}",
     ),
     (
+        "study-port-in-use",
+        "study broaden --workdir {tmp}/study --base-port {busy}",
+        "--base-port",
+        "{busy}",
+    ),
+    (
+        "study-bad-setting",
+        "study broaden --workdir {tmp}/study small_n=1",
+        "small_n",
+        "greater than or equal to 2",
+    ),
+    (
         "rm-train-missing-data",
         "rm train --data {tmp}/prefs.jsonl --out {tmp}/rm",
         "prefs.jsonl",

@@ -8,10 +8,18 @@ import time
 
 import pytest
 
-from services.learner.budget import allocate, group_usefulness, pass_rate_estimate
+from services.learner.budget import (
+    allocate,
+    gradient_variance,
+    group_usefulness,
+    pass_rate_estimate,
+)
 
 
-def objective(counts, rates):
+def objective(counts, rates, kind="mixed_group"):
+    """What allocate maximises (the variance objective: minus the total variance)."""
+    if kind == "variance":
+        return -math.fsum(gradient_variance(n, p) for n, p in zip(counts, rates))
     return math.fsum(group_usefulness(n, p) for n, p in zip(counts, rates))
 
 
@@ -41,41 +49,47 @@ def test_sums_to_budget_exactly_and_respects_bounds():
 
 def test_uncertain_prompts_get_more_while_the_budget_is_tight():
     # gains: p = 0.5 -> 0.5**n, p = 0.02 -> ~0.02 * 0.98**n; p = 0.5 leads while n < ~6
-    counts = allocate([0.02, 0.5, 0.98, 0.3], total=18, n_min=2, n_max=128)
+    counts = allocate([0.02, 0.5, 0.98, 0.3], total=18, n_min=2, n_max=128, objective="mixed_group")
     assert counts == [2, 6, 2, 8]
     assert counts[1] > counts[0] and counts[1] > counts[2]
 
 
-def test_at_wide_budgets_rare_outcome_prompts_get_more():
+def test_mixed_group_objective_at_wide_budgets_favours_rare_outcome_prompts():
     # Not a bug, the objective: p = 0.5 has both outcomes with prob 0.998 at 9 paths, while
     # p = 0.02 still gains from each path (0.98**89 = 0.17 chance of no success). So once the
     # uncertain prompts are saturated, paths go to the rare-success / rare-failure prompts.
-    counts = allocate([0.02, 0.5, 0.98, 0.3], total=200, n_min=2, n_max=128)
+    counts = allocate(
+        [0.02, 0.5, 0.98, 0.3], total=200, n_min=2, n_max=128, objective="mixed_group"
+    )
     assert counts == [89, 9, 89, 13]
     assert counts[0] > counts[1] and counts[2] > counts[1]
 
 
-def test_solved_and_unsolvable_prompts_get_n_min():
-    counts = allocate([0.0, 0.4, 1.0, 0.7], total=100, n_min=8, n_max=64)
+@pytest.mark.parametrize("kind", ["variance", "mixed_group"])
+def test_solved_and_unsolvable_prompts_get_n_min(kind):
+    counts = allocate([0.0, 0.4, 1.0, 0.7], total=100, n_min=8, n_max=64, objective=kind)
     assert counts[0] == 8 and counts[2] == 8
     assert sum(counts) == 100
 
 
-def test_zero_gain_prompts_share_the_rest_evenly_once_others_are_full():
+@pytest.mark.parametrize("kind", ["variance", "mixed_group"])
+def test_zero_gain_prompts_share_the_rest_evenly_once_others_are_full(kind):
     # the two uncertain prompts fill to n_max; the rest splits evenly over p = 0 and p = 1
-    counts = allocate([0.0, 0.5, 1.0, 0.5], total=4 * 10, n_min=2, n_max=12)
+    counts = allocate([0.0, 0.5, 1.0, 0.5], total=4 * 10, n_min=2, n_max=12, objective=kind)
     assert counts[1] == 12 and counts[3] == 12
     assert sorted([counts[0], counts[2]]) == [8, 8]
 
 
+@pytest.mark.parametrize("kind", ["variance", "mixed_group"])
 @pytest.mark.parametrize("p", [0.5, 0.1, 0.93, 0.0, 1.0])
 @pytest.mark.parametrize("total", [60, 61, 67, 95])
-def test_all_equal_rates_split_evenly(p, total):
-    counts = allocate([p] * 6, total=total, n_min=2, n_max=40)
+def test_all_equal_rates_split_evenly(p, total, kind):
+    counts = allocate([p] * 6, total=total, n_min=2, n_max=40, objective=kind)
     assert max(counts) - min(counts) <= 1 and sum(counts) == total
 
 
-def test_optimal_against_brute_force_on_tiny_cases():
+@pytest.mark.parametrize("kind", ["variance", "mixed_group"])
+def test_optimal_against_brute_force_on_tiny_cases(kind):
     rng = random.Random(7)
     cases = 0
     for _ in range(300):
@@ -84,14 +98,50 @@ def test_optimal_against_brute_force_on_tiny_cases():
         total = rng.randint(3 * n_min, min(12, 3 * n_max))
         rates = [rng.choice([0.0, 1.0, 0.5, rng.random(), rng.random()]) for _ in range(3)]
         best = max(
-            objective(c, rates)
+            objective(c, rates, kind)
             for c in itertools.product(range(n_min, n_max + 1), repeat=3)
             if sum(c) == total
         )
-        counts = allocate(rates, total, n_min, n_max)
-        assert objective(counts, rates) == pytest.approx(best, abs=1e-12), (rates, total)
+        counts = allocate(rates, total, n_min, n_max, objective=kind)
+        assert objective(counts, rates, kind) == pytest.approx(best, abs=1e-12), (rates, total)
         cases += 1
     assert cases == 300
+
+
+def test_variance_objective_gives_uncertain_prompts_more_at_every_budget():
+    # the default objective: p = 0.5 gets the most, p = 0.02 / 0.98 the fewest, at tight and
+    # at wide budgets alike (the mixed-group objective inverts this at wide budgets, above)
+    rates = [0.02, 0.5, 0.98, 0.3]
+    for total in (18, 200, 2000):
+        counts = allocate(rates, total=total, n_min=2, n_max=4096)
+        assert sum(counts) == total
+        assert counts[1] >= counts[3] > counts[0] and counts[0] == counts[2], (total, counts)
+
+
+def test_variance_objective_is_neyman_allocation_without_active_bounds():
+    # continuous optimum n_i = total * sigma_i / sum(sigma), sigma = sqrt(p (1 - p)); the
+    # integer optimum lies within one path of it
+    rng = random.Random(11)
+    for _ in range(20):
+        rates = [rng.uniform(0.05, 0.95) for _ in range(rng.randint(2, 9))]
+        total = rng.randint(200, 3000)
+        sigma = [math.sqrt(p * (1 - p)) for p in rates]
+        counts = allocate(rates, total=total, n_min=1, n_max=total)
+        for n, s in zip(counts, sigma):
+            assert abs(n - total * s / sum(sigma)) <= 1.0, (rates, total, counts)
+
+
+def test_gradient_variance_values():
+    assert gradient_variance(4, 0.5) == pytest.approx(0.0625)
+    assert gradient_variance(10, 0.2) == pytest.approx(0.016)
+    assert gradient_variance(3, 0.0) == 0.0 and gradient_variance(3, 1.0) == 0.0
+    with pytest.raises(ValueError):
+        gradient_variance(0, 0.5)
+
+
+def test_unknown_objective_is_rejected():
+    with pytest.raises(ValueError, match="objective"):
+        allocate([0.5], 4, 1, 8, objective="entropy")
 
 
 def test_large_case_is_fast():

@@ -82,7 +82,7 @@ def test_tensorboard_has_every_metric_of_metrics_jsonl_and_the_samples(tmp_path)
     expected: dict[str, dict[int, float]] = {}
     for line in lines:
         for key, value in line.items():
-            if key not in ("step", "time", "event", "message", "groups"):
+            if key not in ("step", "time", "event", "message", "groups", "group_paths"):
                 expected.setdefault(key, {})[line["step"]] = value
     assert {"learner/loss", "learner/wait_s", "reward/mean", "learner/weight_version"} <= set(
         expected

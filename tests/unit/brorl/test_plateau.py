@@ -5,7 +5,7 @@ import random
 
 import pytest
 
-from services.learner.plateau import plateau_reached, plateau_start
+from brorl.plateau import plateau_reached, plateau_start
 
 
 def test_flat_after_rising_is_a_plateau_starting_where_it_flattened():

@@ -1,0 +1,72 @@
+"""A shortened `brorl study broaden`: one seed, tiny budgets, through the real services. It must
+detect the (forced) plateau, run every continuation arm, and write results whose curves have
+the stated number of points, the tables and the plots."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from brorl.apps.launcher import REPO_ROOT
+
+pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.redis]
+
+EVAL_POINTS = 2
+# The demo task with a 150-step warm-start, rewarded by `format` so that most groups are mixed
+# (its exact-match accuracy is ~0 after so few steps, and all-zero groups would end every
+# sample-budget arm after one step): this test is about the command, not about the claim.
+WARMSTART = "[--steps,150,--eval-problems,50]"
+
+
+def test_short_broaden_study_writes_results_tables_and_plots(tmp_path):
+    out = tmp_path / "docs"
+    cmd = [
+        sys.executable, "-m", "brorl.apps.cli", "study", "broaden",
+        "--workdir", str(tmp_path / "work"), "--base-port", "50660",
+        "seeds=[0]", "small_n=8", "wide_n=16", "workers=1", "train_problems=500",
+        f"warmstart={WARMSTART}", "eval_problems=50",
+        # min gain 1.0 over a window of 1: the second evaluation (step 1) is a plateau
+        "eval_every=1", "plateau_window=1", "plateau_min_gain=1.0", "saturate_max_steps=3",
+        "sample_budget=1500", "wall_s=20", "budget_n=8", "budget_n_min=2", "budget_n_max=14",
+        f"eval_points={EVAL_POINTS}", "probe_problems=8", "passk_problems=8", "passk_samples=8",
+        "run.train.groups_per_step=2", "run.reward_fn=format", f"out={out}",
+    ]  # fmt: skip
+    proc = subprocess.run(cmd, cwd=REPO_ROOT, capture_output=True, text=True, timeout=900)
+    (tmp_path / "stdout.txt").write_text(proc.stdout)  # the command's progress lines, kept
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    report = json.loads((out / "results.json").read_text())
+    sat = report["saturation"]
+    assert sat["plateau_reached"] and sat["step"] == 1 and len(sat["curve"]) == 1
+    assert list(sat["pass_at_k"]) == ["1", "2", "4", "8"]
+    arms = [(r["regime"], r["label"]) for r in report["runs"]]
+    assert arms == [
+        ("equal_samples", "N=8"),
+        ("equal_samples", "N=16"),
+        ("equal_wall", "N=8"),
+        ("equal_wall", "N=16"),
+        ("budget", "uniform N=8"),
+        ("budget", "adaptive 2..14"),
+    ]
+    for r in report["runs"]:
+        # a run shorter than eval_points steps has one point per step: how many steps a budget
+        # buys depends on how many all-equal groups the policy throws and on the machine's load
+        assert len(r["curve"]) == min(EVAL_POINTS, r["steps"]), r
+        assert [p["step"] for p in r["curve"]][-1] == r["steps"]
+        assert all(0.0 <= p["accuracy"] <= 1.0 for p in r["curve"])
+        assert list(r["pass_at_k"]) == ["1", "2", "4", "8"]
+        assert 0.0 <= r["probe_fell_fraction_mean"] <= 1.0
+        assert 0.0 <= r["mixed_groups_mean"] <= 1.0 and r["eur_mean"] is not None
+        assert r["generated"] >= r["steps"] * 2 * 2 and r["wall_s"] > 0
+    assert sum(r["steps"] >= EVAL_POINTS for r in report["runs"]) >= 3
+    tables = (out / "tables.md").read_text()
+    assert "### Saturation" in tables and "| budget | adaptive 2..14 |" in tables
+    for name in (
+        "saturation.png",
+        "accuracy_equal_samples.png",
+        "accuracy_equal_wall.png",
+        "accuracy_budget.png",
+        "pass_at_k.png",
+        "probe_mass.png",
+    ):
+        assert (out / name).stat().st_size > 1000
