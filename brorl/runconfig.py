@@ -13,6 +13,7 @@ from pydantic import Field, PrivateAttr, model_validator
 
 from brorl import schedule
 from brorl.config import StrictModel, parse_text, validate
+from brorl.monitor_config import MonitorsConfig
 
 
 class _Schedule(StrictModel):
@@ -318,6 +319,11 @@ class RunConfig(StrictModel):
         description="Every this many updates, write the step's best, worst and one random path "
         "(prompt, completion, reward) to samples.jsonl in the run directory, for `brorl "
         "report` (0: never).",
+    )
+    monitors: MonitorsConfig = Field(
+        default_factory=MonitorsConfig,
+        description="Detectors of KL spikes, entropy collapse, length blow-up, reward hacking and "
+        "reward variance collapse, and the action an alarm takes (docs/monitors.md).",
     )
 
     model_config = StrictModel.model_config | {"populate_by_name": True}

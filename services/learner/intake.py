@@ -99,6 +99,7 @@ class GroupIntake:
         self.seen = SeenGroups()
         self.consumed = 0
         self.degenerate_streak = 0
+        self.min_version = 0  # groups sampled by older weights are dropped (a rollback's)
         # The learner is the group's only consumer: it takes over a dead predecessor's pending
         # groups once at start, and never reclaims from itself (parts of a fanned-out group
         # wait un-acked in the assembler until their siblings arrive).
@@ -232,6 +233,8 @@ class GroupIntake:
     def _judge(self, group: common_pb2.PathGroup, staleness: int) -> str:
         if group.error:
             return "rejected"
+        if group.weight_version < self.min_version:
+            return "rolled_back"
         if staleness > self.rules.max_staleness:
             return "stale"
         rewards = [p.reward for p in group.paths]

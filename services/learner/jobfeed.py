@@ -39,6 +39,8 @@ class JobFeed:
                 prompt=prompt.text,
                 reference=prompt.reference,
                 reward_fn=self.cfg.reward_fn,
+                verifier_fn=self.cfg.monitors.verifier_fn,
+                verifier_sample=self.cfg.monitors.verifier_sample,
                 learner_step=step,
                 part_index=part.index,
                 part_count=part.count,

@@ -51,10 +51,7 @@ class Policy:
         self.pad_id = next((i for i in ids if isinstance(i, int)), 0)
         self.ref_model = None
         if train.kl_coef > 0:
-            self.ref_model = AutoModelForCausalLM.from_pretrained(
-                model_dir, dtype=torch.float32, attn_implementation=attention
-            )
-            self.ref_model.eval().requires_grad_(False)
+            self._load_reference()
         self.engine = deepspeed_engine.build_engine(model, train, zero_stage)
 
     @property
@@ -139,5 +136,24 @@ class Policy:
     def save_checkpoint(self, directory: str, tag: str, client_state: dict) -> None:
         deepspeed_engine.save_checkpoint(self.engine, directory, tag, client_state)
 
-    def load_checkpoint(self, directory: str) -> dict:
-        return deepspeed_engine.load_checkpoint(self.engine, directory)
+    def load_checkpoint(self, directory: str, tag: str | None = None) -> dict:
+        """Weights and optimizer state of checkpoint ``tag`` (None: the latest)."""
+        return deepspeed_engine.load_checkpoint(self.engine, directory, tag)
+
+    def set_hyperparameters(self, lr: float, kl_coef: float) -> None:
+        """The learning rate and KL coefficient from the next update on (a rollback's)."""
+        for group in self.engine.optimizer.param_groups:
+            group["lr"] = lr
+        self.train = self.train.model_copy(update={"kl_coef": kl_coef})
+        if kl_coef > 0 and self.ref_model is None:
+            self._load_reference()
+
+    def _load_reference(self) -> None:
+        """The frozen initial policy the KL term is measured against."""
+        from transformers import AutoModelForCausalLM
+
+        attention = "sdpa" if torch.cuda.is_available() else "eager"
+        self.ref_model = AutoModelForCausalLM.from_pretrained(
+            self.model_dir, dtype=torch.float32, attn_implementation=attention
+        )
+        self.ref_model.eval().requires_grad_(False)

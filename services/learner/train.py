@@ -30,6 +30,7 @@ from brorl.queue import RunChannels, RunRegistry, retry_while_down
 from brorl.runconfig import RunConfig
 from brorl.weights import WeightStore
 from services.learner.dead_letters import DeadLetterWatch
+from services.learner.guard import RunGuard
 from services.learner.intake import GroupIntake
 from services.learner.jobfeed import JobFeed
 from services.learner.prompts import load_prompts
@@ -71,6 +72,7 @@ class Trainer:
         self.step = 0
         self.version = 0
         self.skipped_streak = 0  # updates skipped in a row for non-finite numbers
+        self.guard = RunGuard(self)  # monitors and their actions (docs/monitors.md)
 
     def run(self) -> None:
         self.start()
@@ -106,6 +108,7 @@ class Trainer:
                 }
             )
             self.state.step, self.state.weight_version = self.step, self.version
+            self.guard.check(metrics)  # alarms: warn, stop or roll back (services/learner/guard.py)
             self.state.emit(metrics, extra={"groups": [g.group_id for g in intake.groups]})
             write_samples(self.state.run_dir, self.step, intake.groups, self.cfg.samples_every)
         self.finish()
@@ -147,6 +150,7 @@ class Trainer:
             # run before load it rather than keep that run's weights.
             self.version = -1
             self.publish()
+        self.guard.start()
         self._redis(lambda: self.registry.announce(self.run_id), "announcing the run")
         self.state.emit({"learner/weight_version": self.version}, event="start")
 
