@@ -4,25 +4,29 @@ into its metrics as ``monitor/<name>``; an alarm is a WatchRun event ("alarm") a
 
 * ``warn``: nothing more;
 * ``stop``: the run ends (state "stopped") with the alarm as its message;
-* ``rollback``: the policy's weights and optimizer state go back to the last checkpoint that
-  passed every monitor and was written at least ``window`` steps before the alarm (the alarm
-  read those steps, so weights from inside them are suspect); the learning rate and the KL
-  coefficient become ``train.lr × lr_factor^k`` and ``train.kl_coef × kl_factor^k`` after the
-  k-th rollback; the restored weights are published under a version above every published one;
-  groups sampled by earlier versions are dropped ("rolled_back"); the windows start afresh.
-  The step counter, the prompt cursor and the run's counters go on (they describe what was
-  consumed, which a rollback does not undo). After ``max_rollbacks`` an alarm stops the run.
+* ``rollback``: the policy's weights and optimizer state go back to the newest checkpoint that
+  passed every monitor; the learning rate and the KL coefficient become
+  ``train.lr × lr_factor^k`` and ``train.kl_coef × kl_factor^k`` after the k-th rollback; the
+  restored weights are published under a version above every published one; groups sampled by
+  earlier versions are dropped ("rolled_back"); the windows start afresh. The step counter, the
+  prompt cursor and the run's counters go on (they describe what was consumed, which a rollback
+  does not undo). After ``max_rollbacks`` an alarm stops the run.
 
 Whether each checkpoint passed lies in ``checkpoints/monitors.json`` beside it (tag → step,
-passed), with the rollbacks so far, so a resumed run rolls back to the same places and keeps
-its scaled learning rate and KL coefficient. With ``action: rollback`` a step-0 checkpoint of
-the initial policy is written at the start, so there is always a place to go back to.
+passed), with the rollbacks so far. A checkpoint passes when no monitor alarmed at its step and
+no later alarm read paths of its weights: an alarm at step s reads the ``window`` steps up to s,
+whose paths come from the weights of steps s − window − 1 and later, so those checkpoints are
+marked failed too (the initial policy's, step 0, never is). The ledger lives on disk, so a
+resumed run rolls back to the same places and keeps its scaled learning rate and KL
+coefficient. With ``action: rollback`` a step-0 checkpoint of the initial policy is written at
+the start, so there is always a place to go back to.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import math
 from pathlib import Path
 
 from services.learner.monitors import Monitors
@@ -58,7 +62,9 @@ class RunGuard:
         """Run the monitors on a step's metrics (adding ``monitor/*`` to them) and act."""
         readings = self.monitors.observe(metrics)
         fired = {name: r for name, r in readings.items() if r.fired}
-        metrics.update({f"monitor/{name}": r.value for name, r in readings.items()})
+        metrics.update(
+            {f"monitor/{name}": r.value for name, r in readings.items() if math.isfinite(r.value)}
+        )
         metrics.update({f"monitor/alarm/{name}": 1.0 for name in fired})
         self.alarms += len(fired)
         metrics["monitor/alarms"] = float(self.alarms)
@@ -66,6 +72,7 @@ class RunGuard:
         self._record_checkpoint(passed=not fired)
         if not fired:
             return
+        self._suspect(self.trainer.step - self.cfg.window - 1)
         message = "; ".join(f"{name}: {r.detail}" for name, r in fired.items())
         for name, r in fired.items():
             self.trainer.state.emit(
@@ -132,21 +139,23 @@ class RunGuard:
         self.ledger["checkpoints"][tag] = {"step": step, "passed": passed}
         self._save()
 
+    def _suspect(self, horizon: int) -> None:
+        """The alarm read paths of the weights after step ``horizon``: their checkpoints no
+        longer count as passed (the initial policy's, step 0, always does)."""
+        for entry in self.ledger["checkpoints"].values():
+            if entry["step"] > max(horizon, 0):
+                entry["passed"] = False
+        self._save()
+
     def _passed_tags(self) -> list[str]:
         return [t for t, e in self.ledger["checkpoints"].items() if e["passed"]]
 
     def _target(self) -> str:
-        """The newest passed checkpoint at least ``window`` steps before now, else the oldest
-        passed one (step 0 when the run started with action=rollback)."""
+        """The newest checkpoint that passed every monitor (step 0 at worst)."""
         passed = sorted(self._passed_tags(), key=lambda t: self.ledger["checkpoints"][t]["step"])
         if not passed:
             raise RuntimeError("rollback: no checkpoint passed the monitors")
-        before = [
-            t
-            for t in passed
-            if self.ledger["checkpoints"][t]["step"] <= self.trainer.step - self.cfg.window
-        ]
-        return (before or passed[:1])[-1]
+        return passed[-1]
 
     def _save(self) -> None:
         self.ledger_path.parent.mkdir(parents=True, exist_ok=True)

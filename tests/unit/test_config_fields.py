@@ -9,6 +9,7 @@ from brorl.config import StrictModel
 ROOT = Path(__file__).resolve().parents[2]
 CONFIG_MODULES = [
     "brorl.runconfig",
+    "brorl.monitor_config",
     "brorl.security",
     "services.learner.config",
     "services.rollout.config",
