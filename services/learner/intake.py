@@ -39,6 +39,7 @@ class Consumed:
     group: common_pb2.PathGroup
     staleness: int  # learner version − the group's (oldest part's) version
     # "used" | "stale" | "degenerate" | "rejected" | "reward_failed" | "too_few_paths" | "lost"
+    # | "rolled_back" (sampled by weights a monitor rollback abandoned)
     outcome: str
     excluded: Counter = field(default_factory=Counter)  # paths taken out, by reward status
 

@@ -14,6 +14,7 @@ CONFIG_MODULES = [
     "services.learner.config",
     "services.rollout.config",
     "services.reward.config",
+    "services.reward.pipeline_config",
     "brorl.apps.demo_cmd",
     "brorl.apps.sweep_cmd",
 ]
