@@ -15,8 +15,9 @@ goes on after the rollback at 1/100 of the lr on the same gamed reward.
 Measured here (2 shared cores, 1000-step warm-start: 13.5% exact, 62% right number): with this
 config the alarm came at step 7 in both runs (window 4: the earliest possible is step 4); the
 verifier fell from ~0.42 to 0.10-0.18 while the training reward rose from ~1.28 to ~1.55; final
-accuracy 0.135 → 0.125 (lr_factor 0.01) and 0.135 → 0.115 (lr_factor 0.1). About 3.5 min with the warm-start cached, plus the warm-start
-(~1 min on an idle 2-core machine, ~4 min here under load).
+accuracy 0.135 → 0.125 (lr_factor 0.01) and 0.135 → 0.115 (lr_factor 0.1). About 3.5 min with
+the warm-start cached, plus the warm-start (~1 min on an idle 2-core machine, ~4 min here under
+load).
 """
 
 from __future__ import annotations
@@ -154,6 +155,10 @@ def test_gamed_reward_trips_the_monitor_and_rolls_back(tmp_path, services):
     assert published.keys() <= saved.keys()
     for name, tensor in published.items():
         assert torch.equal(tensor, saved[name]), name
+
+    # groups sampled by the abandoned weights were dropped, not trained on
+    last = [m.values for m in metrics if "learner/loss" in m.values][-1]
+    assert last.get("learner/dropped_groups/rolled_back", 0) > 0
 
     # the restored version answers exactly as the policy before the hack (the step-0 checkpoint)
     restored_dir = shutil.copytree(run_dir / "final", tmp_path / "restored")

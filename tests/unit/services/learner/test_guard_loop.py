@@ -7,6 +7,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from brorl.runconfig import RunConfig
 from brorl.v1 import common_pb2
 from brorl.weights import WeightStore
@@ -189,7 +191,8 @@ def test_rollback_restores_a_passed_checkpoint_and_republishes_it(tmp_path):
     assert restored.version == max(versions[: versions.index(restored.version)]) + 1
     saved = json.loads((trainer.ckpt_dir / tag / "w.json").read_text())
     assert weights_of(restored) == saved["w"] == target_step * 1.0
-    assert policy.set_calls[0] == (0.5, 0.03)
+    # k-th rollback: lr × 0.5^k, kl_coef × 3^k (this run rolls back twice)
+    assert policy.set_calls[:2] == [(0.5, 0.03), pytest.approx((0.25, 0.09))]
     # groups sampled by the abandoned weights were dropped, not trained on
     last = [r for r in records if "learner/loss" in r][-1]
     assert last["monitor/rollbacks"] == len(events(records, "rollback")) >= 1

@@ -45,9 +45,11 @@ def test_each_cheap_filter_kind_gets_the_penalty_and_its_reason():
 
 def test_the_first_reason_wins_and_the_whole_completion_is_checked():
     # truncation to max_chars does not hide a word past the cut; too_long is checked first
-    registry, _ = make(max_chars=4, filter_max_chars=30, sensitive_words=["bad"])
-    scores = registry.score("p", items("okay then bad", "bad " * 10))
-    assert reasons(scores) == ["word", "too_long"]
+    registry, _ = make(
+        max_chars=4, filter_max_chars=30, sensitive_words=["bad"], filter_regex=["ba[d]"]
+    )
+    scores = registry.score("p", items("okay then bad", "bad " * 10, "okay then bads"))
+    assert reasons(scores) == ["word", "too_long", "regex"]  # length, words, regexes: in order
 
 
 def test_a_bad_filter_regex_is_refused_by_the_config():
