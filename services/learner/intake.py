@@ -234,10 +234,10 @@ class GroupIntake:
     def _judge(self, group: common_pb2.PathGroup, staleness: int) -> str:
         if group.error:
             return "rejected"
-        if group.weight_version < self.min_version:
-            return "rolled_back"
         if staleness > self.rules.max_staleness:
             return "stale"
+        if group.weight_version < self.min_version:
+            return "rolled_back"
         rewards = [p.reward for p in group.paths]
         if max(rewards) != min(rewards):
             self.degenerate_streak = 0

@@ -212,3 +212,23 @@ def test_a_kl_spike_alarms_at_its_step(tmp_path):
     _, _, _, records = run(tmp_path, spike, kl=lambda step: 0.05 if step == 7 else 0.01)
     assert [a["step"] for a in events(records, "alarm")] == [7]
     assert events(records, "alarm")[0]["message"].startswith("kl_spike: 0.05 is 5x")
+
+
+def test_groups_of_weights_a_rollback_abandoned_are_dropped(tmp_path):
+    import threading
+
+    from brorl.runconfig import AsyncConfig
+    from services.learner.intake import GroupIntake
+    from tests.memory_queue import MemoryStreamQueue
+
+    queue = MemoryStreamQueue()
+    intake = GroupIntake(queue, AsyncConfig(max_staleness=4))
+    intake.min_version = 5  # a rollback published version 5
+    for i, version in enumerate([3, 5, 1, 4, 6]):  # version 1 is stale as well (6 - 1 > 4)
+        group = common_pb2.PathGroup(group_id=f"g{i}", weight_version=version)
+        for k, reward in enumerate([1.0, 0.0]):
+            group.paths.add(path_id=f"g{i}/{k}", reward=reward, token_ids=[1])
+        queue.put(group.SerializeToString())
+    got = intake.collect(2, version=6, stop=threading.Event())
+    outcomes = [c.outcome for c in got.consumed]
+    assert outcomes == ["rolled_back", "used", "stale", "rolled_back", "used"]
