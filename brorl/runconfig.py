@@ -13,6 +13,7 @@ from pydantic import Field, PrivateAttr, model_validator
 
 from brorl import schedule
 from brorl.config import StrictModel, parse_text, validate
+from brorl.monitor_config import MonitorsConfig
 from brorl.run_logging import LoggingConfig
 
 
@@ -514,6 +515,11 @@ class RunConfig(StrictModel):
         description="Every this many updates, write the step's best, worst and one random path "
         "(prompt, completion, reward) to samples.jsonl in the run directory, for `brorl "
         "report` (0: never).",
+    )
+    monitors: MonitorsConfig = Field(
+        default_factory=MonitorsConfig,
+        description="Detectors of KL spikes, entropy collapse, length blow-up, reward hacking and "
+        "reward variance collapse, and the action an alarm takes (docs/monitors.md).",
     )
 
     eval_every: int = Field(

@@ -17,6 +17,7 @@ Proto3 cannot tell "unset" from zero, so a zero field means the default named he
 from __future__ import annotations
 
 import math
+import zlib
 from dataclasses import dataclass
 
 from brorl.v1 import common_pb2
@@ -180,3 +181,12 @@ def eval_sampling(sampling_cfg) -> common_pb2.SamplingParams:
         max_tokens=sampling_cfg.max_tokens,
         stop=sampling_cfg.stop,
     )
+
+
+def verifies(path_id: str, share: float) -> bool:
+    """Whether the held-out verifier scores this path (a job's ``verifier_sample``; 0 reads as
+    all). A hash of the path id, so every worker and every retry picks the same paths, and the
+    choice is independent of the path's text or reward."""
+    if share <= 0 or share >= 1:
+        return True
+    return zlib.crc32(path_id.encode()) / 2**32 < share

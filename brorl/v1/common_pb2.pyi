@@ -25,7 +25,7 @@ class SamplingParams(_message.Message):
     def __init__(self, n: _Optional[int] = ..., temperature: _Optional[float] = ..., top_k: _Optional[int] = ..., top_p: _Optional[float] = ..., max_tokens: _Optional[int] = ..., seed: _Optional[int] = ..., stop: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class Path(_message.Message):
-    __slots__ = ("path_id", "prompt_id", "group_id", "token_ids", "logprobs", "text", "finish_reason", "weight_version", "sampling", "reward", "reward_components", "reward_status", "worker", "weight")
+    __slots__ = ("path_id", "prompt_id", "group_id", "token_ids", "logprobs", "text", "finish_reason", "weight_version", "sampling", "reward", "reward_components", "reward_status", "worker", "weight", "verifier_reward", "verifier_status")
     class RewardComponentsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -47,6 +47,8 @@ class Path(_message.Message):
     REWARD_STATUS_FIELD_NUMBER: _ClassVar[int]
     WORKER_FIELD_NUMBER: _ClassVar[int]
     WEIGHT_FIELD_NUMBER: _ClassVar[int]
+    VERIFIER_REWARD_FIELD_NUMBER: _ClassVar[int]
+    VERIFIER_STATUS_FIELD_NUMBER: _ClassVar[int]
     path_id: str
     prompt_id: str
     group_id: str
@@ -61,7 +63,9 @@ class Path(_message.Message):
     reward_status: str
     worker: str
     weight: float
-    def __init__(self, path_id: _Optional[str] = ..., prompt_id: _Optional[str] = ..., group_id: _Optional[str] = ..., token_ids: _Optional[_Iterable[int]] = ..., logprobs: _Optional[_Iterable[float]] = ..., text: _Optional[str] = ..., finish_reason: _Optional[str] = ..., weight_version: _Optional[int] = ..., sampling: _Optional[_Union[SamplingParams, _Mapping]] = ..., reward: _Optional[float] = ..., reward_components: _Optional[_Mapping[str, float]] = ..., reward_status: _Optional[str] = ..., worker: _Optional[str] = ..., weight: _Optional[float] = ...) -> None: ...
+    verifier_reward: float
+    verifier_status: str
+    def __init__(self, path_id: _Optional[str] = ..., prompt_id: _Optional[str] = ..., group_id: _Optional[str] = ..., token_ids: _Optional[_Iterable[int]] = ..., logprobs: _Optional[_Iterable[float]] = ..., text: _Optional[str] = ..., finish_reason: _Optional[str] = ..., weight_version: _Optional[int] = ..., sampling: _Optional[_Union[SamplingParams, _Mapping]] = ..., reward: _Optional[float] = ..., reward_components: _Optional[_Mapping[str, float]] = ..., reward_status: _Optional[str] = ..., worker: _Optional[str] = ..., weight: _Optional[float] = ..., verifier_reward: _Optional[float] = ..., verifier_status: _Optional[str] = ...) -> None: ...
 
 class PathGroup(_message.Message):
     __slots__ = ("run_id", "group_id", "prompt_id", "prompt", "prompt_token_ids", "reference", "paths", "weight_version", "worker", "generate_seconds", "score_seconds", "part_index", "part_count", "generated", "dropped", "stats", "error", "eval", "extra")
@@ -147,7 +151,7 @@ class ExploreParams(_message.Message):
     def __init__(self, oversample_m: _Optional[int] = ..., dedup: _Optional[str] = ..., dedup_threshold: _Optional[float] = ..., retention: _Optional[float] = ..., predictor: _Optional[str] = ..., predictor_prefix_tokens: _Optional[int] = ..., dedup_method: _Optional[str] = ..., embedding_model: _Optional[str] = ...) -> None: ...
 
 class PromptJob(_message.Message):
-    __slots__ = ("run_id", "job_id", "group_id", "prompt_id", "prompt", "reference", "sampling", "reward_fn", "learner_step", "part_index", "part_count", "path_offset", "explore", "extra", "eval")
+    __slots__ = ("run_id", "job_id", "group_id", "prompt_id", "prompt", "reference", "sampling", "reward_fn", "learner_step", "part_index", "part_count", "path_offset", "explore", "extra", "eval", "verifier_fn", "verifier_sample")
     class ExtraEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -170,6 +174,8 @@ class PromptJob(_message.Message):
     EXPLORE_FIELD_NUMBER: _ClassVar[int]
     EXTRA_FIELD_NUMBER: _ClassVar[int]
     EVAL_FIELD_NUMBER: _ClassVar[int]
+    VERIFIER_FN_FIELD_NUMBER: _ClassVar[int]
+    VERIFIER_SAMPLE_FIELD_NUMBER: _ClassVar[int]
     run_id: str
     job_id: str
     group_id: str
@@ -185,7 +191,9 @@ class PromptJob(_message.Message):
     explore: ExploreParams
     extra: _containers.ScalarMap[str, str]
     eval: bool
-    def __init__(self, run_id: _Optional[str] = ..., job_id: _Optional[str] = ..., group_id: _Optional[str] = ..., prompt_id: _Optional[str] = ..., prompt: _Optional[str] = ..., reference: _Optional[str] = ..., sampling: _Optional[_Union[SamplingParams, _Mapping]] = ..., reward_fn: _Optional[str] = ..., learner_step: _Optional[int] = ..., part_index: _Optional[int] = ..., part_count: _Optional[int] = ..., path_offset: _Optional[int] = ..., explore: _Optional[_Union[ExploreParams, _Mapping]] = ..., extra: _Optional[_Mapping[str, str]] = ..., eval: _Optional[bool] = ...) -> None: ...
+    verifier_fn: str
+    verifier_sample: float
+    def __init__(self, run_id: _Optional[str] = ..., job_id: _Optional[str] = ..., group_id: _Optional[str] = ..., prompt_id: _Optional[str] = ..., prompt: _Optional[str] = ..., reference: _Optional[str] = ..., sampling: _Optional[_Union[SamplingParams, _Mapping]] = ..., reward_fn: _Optional[str] = ..., learner_step: _Optional[int] = ..., part_index: _Optional[int] = ..., part_count: _Optional[int] = ..., path_offset: _Optional[int] = ..., explore: _Optional[_Union[ExploreParams, _Mapping]] = ..., extra: _Optional[_Mapping[str, str]] = ..., eval: _Optional[bool] = ..., verifier_fn: _Optional[str] = ..., verifier_sample: _Optional[float] = ...) -> None: ...
 
 class WeightVersion(_message.Message):
     __slots__ = ("version", "uri", "sha256", "kind", "base_version", "created_ms", "bytes")

@@ -40,6 +40,7 @@ class Consumed:
     group: common_pb2.PathGroup
     staleness: int  # learner version − the group's (oldest part's) version
     # "used" | "stale" | "degenerate" | "rejected" | "reward_failed" | "too_few_paths" | "lost"
+    # | "rolled_back" (sampled by weights a monitor rollback abandoned)
     outcome: str
     excluded: Counter = field(default_factory=Counter)  # paths taken out, by reward status
 
@@ -101,6 +102,7 @@ class GroupIntake:
         self.seen = SeenGroups()
         self.consumed = 0
         self.degenerate_streak = 0
+        self.min_version = 0  # groups sampled by older weights are dropped (a rollback's)
         # The learner is the group's only consumer: it takes over a dead predecessor's pending
         # groups once at start, and never reclaims from itself (parts of a fanned-out group
         # wait un-acked in the assembler until their siblings arrive).
@@ -261,6 +263,8 @@ class GroupIntake:
             return "rejected"
         if staleness > self.rules.max_staleness:
             return "stale"
+        if group.weight_version < self.min_version:
+            return "rolled_back"
         rewards = [p.reward for p in group.paths]
         if max(rewards) != min(rewards):
             self.degenerate_streak = 0

@@ -105,6 +105,8 @@ class JobFeed:
                 reference=prompt.reference,
                 extra=prompt.extra,
                 reward_fn=self.cfg.reward_fn,
+                verifier_fn=self.cfg.monitors.verifier_fn,
+                verifier_sample=self.cfg.monitors.verifier_sample,
                 learner_step=step,
                 part_index=part.index,
                 part_count=part.count,

@@ -61,10 +61,7 @@ class Policy:
         # (kl_in loss or reward) and its metrics alike.
         self.ref_model = None
         if train.kl_coef > 0:
-            self.ref_model = AutoModelForCausalLM.from_pretrained(
-                model_dir, dtype=torch.float32, attn_implementation=attention
-            )
-            self.ref_model.eval().requires_grad_(False)
+            self._load_reference()
         self.engine = deepspeed_engine.build_engine(model, train, zero_stage)
         # Batches, the reference model and every loss tensor live on the engine's device; on
         # CUDA the forward runs under bf16 autocast (fp32 master weights and loss math).
@@ -190,7 +187,29 @@ class Policy:
         state = {**client_state, "kl_control": self.kl.state()}
         deepspeed_engine.save_checkpoint(self.engine, directory, tag, state)
 
-    def load_checkpoint(self, directory: str) -> dict:
-        client = deepspeed_engine.load_checkpoint(self.engine, directory)
+    def load_checkpoint(self, directory: str, tag: str | None = None) -> dict:
+        """Weights, optimizer state and KL coefficient of checkpoint ``tag`` (None: the
+        latest); returns the rest of its client state."""
+        client = deepspeed_engine.load_checkpoint(self.engine, directory, tag)
         self.kl.restore(client.pop("kl_control", None))
         return client
+
+    def set_hyperparameters(self, lr: float, kl_coef: float) -> None:
+        """The learning rate and KL coefficient from the next update on (a rollback's)."""
+        for group in self.engine.optimizer.param_groups:
+            group["lr"] = lr
+        self.train = self.train.model_copy(update={"kl_coef": kl_coef})
+        self.kl.coef = float(kl_coef)
+        if kl_coef > 0 and self.ref_model is None:
+            self._load_reference()
+            self.ref_model.to(self.device)
+
+    def _load_reference(self) -> None:
+        """The frozen initial policy the KL term is measured against."""
+        from transformers import AutoModelForCausalLM
+
+        attention = "sdpa" if torch.cuda.is_available() else "eager"
+        self.ref_model = AutoModelForCausalLM.from_pretrained(
+            self.model_dir, dtype=torch.float32, attn_implementation=attention
+        )
+        self.ref_model.eval().requires_grad_(False)

@@ -5,7 +5,8 @@ step's chunks (batch.rank_share), DeepSpeed reducing the gradients.
 Rank 0 drives the others with commands broadcast over the process group — ``start`` (a run's
 config), ``update`` (the step's groups as serialized PathGroups), ``weights`` (publication),
 ``export``,
-``save_checkpoint`` / ``load_checkpoint`` (collective in DeepSpeed), ``exit`` — one at
+``save_checkpoint`` / ``load_checkpoint`` (collective in DeepSpeed), ``set_hyperparameters`` (a
+rollback), ``exit`` — one at
 a time, each followed at once by rank 0's own part of it. While rank 0 waits for paths it sends
 a ``noop`` every ``heartbeat_s`` so no rank sits in a broadcast until the collective timeout.
 
@@ -166,9 +167,13 @@ class DistributedPolicy:
         fn = lambda: self.local.save_checkpoint(directory, tag, client_state)  # noqa: E731
         self.ranks.run("save_checkpoint", fn, {"directory": directory, "tag": tag})
 
-    def load_checkpoint(self, directory: str) -> dict:
-        fn = lambda: self.local.load_checkpoint(directory)  # noqa: E731
-        return self.ranks.run("load_checkpoint", fn, {"directory": directory})
+    def load_checkpoint(self, directory: str, tag: str | None = None) -> dict:
+        fn = lambda: self.local.load_checkpoint(directory, tag)  # noqa: E731
+        return self.ranks.run("load_checkpoint", fn, {"directory": directory, "tag": tag})
+
+    def set_hyperparameters(self, lr: float, kl_coef: float) -> None:
+        fn = lambda: self.local.set_hyperparameters(lr, kl_coef)  # noqa: E731
+        self.ranks.run("set_hyperparameters", fn, {"lr": lr, "kl_coef": kl_coef})
 
 
 
@@ -191,7 +196,9 @@ def follow(make_policy) -> None:
         elif op == "save_checkpoint":
             policy.save_checkpoint(header["directory"], header["tag"], {})
         elif op == "load_checkpoint":
-            policy.load_checkpoint(header["directory"])
+            policy.load_checkpoint(header["directory"], header.get("tag"))
+        elif op == "set_hyperparameters":  # a rollback's lower lr / higher KL coefficient
+            policy.set_hyperparameters(header["lr"], header["kl_coef"])
         elif op == "exit":
             return
 

@@ -160,7 +160,8 @@ class LearnerServicer(learner_pb2_grpc.LearnerServiceServicer):
     def _train(self, trainer: Trainer, state: RunState) -> None:
         try:
             trainer.run()
-            state.finish("stopped" if state.stop_requested.is_set() else "finished")
+            stopped = state.stop_requested.is_set()
+            state.finish("stopped" if stopped else "finished", trainer.guard.stop_message)
         except Exception as exc:  # noqa: BLE001 - the run fails, the service keeps serving
             log.exception("run %s failed", state.run_id)
             state.finish("failed", f"{type(exc).__name__}: {exc}")

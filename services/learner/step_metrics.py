@@ -43,7 +43,30 @@ class RunCounters:
                 c[f"learner/dropped_paths/{item.outcome}"] += len(group.paths)
             for status, count in item.excluded.items():
                 c[f"learner/excluded_paths/{status}"] += count
+            for path in group.paths:
+                if path.reward_status == "filtered":
+                    c[f"reward/filtered/{filter_reason(path)}"] += 1
         c["learner/partial_groups"] += intake.partial_groups
+
+
+def filter_reason(path) -> str:
+    """Why the reward service's safety stage filtered a path: its ``filtered/<reason>``
+    component (services/reward/functions/safety_filter.py)."""
+    reasons = [k.split("/", 1)[1] for k in path.reward_components if k.startswith("filtered/")]
+    return reasons[0] if reasons else "unknown"
+
+
+def verifier_metrics(groups) -> dict[str, float]:
+    """The held-out verifier's mean on the paths the workers verified, beside the training
+    reward's mean on the same paths (the reward-hacking monitor compares the two)."""
+    sample = [p for g in groups for p in g.paths if p.verifier_status == "ok"]
+    if not sample:
+        return {}
+    return {
+        "reward/verified_paths": float(len(sample)),
+        "reward/verifier_mean": _mean([p.verifier_reward for p in sample]),
+        "reward/verified_reward_mean": _mean([p.reward for p in sample]),
+    }
 
 
 def intake_metrics(intake: Intake) -> dict[str, float]:
@@ -72,10 +95,15 @@ def intake_metrics(intake: Intake) -> dict[str, float]:
         "explore/reward_entropy": _mean(
             [reward_entropy([p.reward for p in g.paths]) for g in groups if g.paths]
         ),
+        "reward/group_std": _mean([_std([p.reward for p in g.paths]) for g in groups if g.paths]),
+        "reward/filtered_paths": float(
+            sum(p.reward_status == "filtered" for g in groups for p in g.paths)
+        ),
         "learner/staleness_mean": _mean([c.staleness for c in used]),
         "learner/duplicate_groups": float(intake.duplicate_groups),
         "learner/duplicate_parts": float(intake.duplicate_parts),
     }
+    out.update(verifier_metrics(groups))
     # the workers' per-group statistics (PDI, filter thresholds, ...), weighted by generated
     stats: Counter = Counter()
     weights: Counter = Counter()
@@ -101,6 +129,11 @@ def step_metrics(
         out["rollout/step_generated"], 1
     )
     return out
+
+
+def _std(values: list[float]) -> float:
+    m = _mean(values)
+    return math.sqrt(_mean([(v - m) ** 2 for v in values]))
 
 
 def _mean(values) -> float:

@@ -31,6 +31,7 @@ from brorl.runconfig import RunConfig
 from brorl.weights import WeightStore
 from services.learner.dead_letters import DeadLetterWatch
 from services.learner.evaluation import HeldoutEval
+from services.learner.guard import RunGuard
 from services.learner.intake import GroupIntake
 from services.learner.jobfeed import JobFeed
 from services.learner.probe import ProbeMeter
@@ -82,6 +83,7 @@ class Trainer:
         self.step = 0
         self.version = 0
         self.skipped_streak = 0  # updates skipped in a row for non-finite numbers
+        self.guard = RunGuard(self)  # monitors and their actions (docs/monitors.md)
 
     def run(self) -> None:
         self.start()
@@ -122,6 +124,7 @@ class Trainer:
                 }
             )
             self.state.step, self.state.weight_version = self.step, self.version
+            self.guard.check(metrics)  # alarms: warn, stop or roll back (services/learner/guard.py)
             self.state.emit(
                 metrics,
                 extra={
@@ -186,6 +189,7 @@ class Trainer:
             self.publish()
         if self.probe is not None:  # the baseline: the policy before this process's updates
             self._measure_probes()
+        self.guard.start()
         self._redis(lambda: self.registry.announce(self.run_id), "announcing the run")
         data = {
             "data/train_prompts": len(self.data.train),

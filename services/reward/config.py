@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import math
 import os
-import re
 from typing import Annotated, Callable, Literal, NamedTuple, Union
 
 from pydantic import Field, field_validator, model_validator
@@ -18,6 +17,7 @@ from pydantic import Field, field_validator, model_validator
 from brorl.config import StrictModel
 from brorl.rpc import metrics_bind_field
 from brorl.security import InferenceSecurityConfig
+from services.reward.pipeline_config import PipelineSpec, check_regexes
 
 
 class MathAnswerSpec(StrictModel):
@@ -45,16 +45,7 @@ class FormatSpec(StrictModel):
         "", description="Regex the whole completion must match; empty = a bare number."
     )
 
-    _valid = field_validator("pattern")(classmethod(lambda cls, v: _regexes([v])[0]))
-
-
-def _regexes(patterns: list[str]) -> list[str]:
-    for pattern in patterns:
-        try:
-            re.compile(pattern)
-        except re.error as exc:
-            raise ValueError(f"{pattern!r} is not a valid regular expression: {exc}") from None
-    return patterns
+    _valid = field_validator("pattern")(classmethod(lambda cls, v: check_regexes([v])[0]))
 
 
 class CodeSpec(StrictModel):
@@ -232,37 +223,6 @@ class JudgeSpec(StrictModel):
         if not self.score_max > self.score_min:
             raise ValueError("score_max must be greater than score_min")
         return self
-
-
-class PipelineSpec(StrictModel):
-    type: Literal["pipeline"] = Field("pipeline", description="Reward function family: pipeline.")
-    scorer: str = Field(
-        ..., description="The expensive function run only for paths that pass every check."
-    )
-    max_chars: int = Field(
-        0, ge=0, description="Safety filter: completions are truncated to this length (0: off)."
-    )
-    sensitive_words: list[str] = Field(
-        default_factory=list,
-        description="Safety filter: any of these → status filtered (checked before everything).",
-    )
-    filtered_reward: float = Field(0.0, description="Reward of a filtered path.")
-    min_chars: int = Field(0, ge=0, description="Rule: shorter completions fail (early exit).")
-    max_chars_rule: int = Field(0, ge=0, description="Rule: longer completions fail (0: off).")
-    require_regex: list[str] = Field(
-        default_factory=list, description="Rule: each must match somewhere."
-    )
-    forbid_regex: list[str] = Field(default_factory=list, description="Rule: none may match.")
-    gates: dict[str, float] = Field(
-        default_factory=dict,
-        description="Cheap registry functions → the minimum reward to continue, run in order.",
-    )
-    fail_reward: float = Field(0.0, description="Reward of a path that fails a rule or gate.")
-    clip: float = Field(3.0, ge=0, description="Final reward is clipped to [-clip, clip] (0: off).")
-
-    _valid = field_validator("require_regex", "forbid_regex")(
-        classmethod(lambda cls, v: _regexes(v))
-    )
 
 
 FunctionSpec = Annotated[

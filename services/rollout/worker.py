@@ -266,8 +266,26 @@ class RolloutWorker:
     def score(self, job: common_pb2.PromptJob, paths: list[common_pb2.Path]) -> None:
         if not paths:
             return
+        for path, result in zip(paths, self._score_with(job.reward_fn, job, paths)):
+            path.reward = result.reward
+            path.reward_status = result.status
+            path.reward_components.update(result.components)
+        if job.verifier_fn:
+            self.verify(job, paths)
+
+    def verify(self, job: common_pb2.PromptJob, paths: list[common_pb2.Path]) -> None:
+        """The run's held-out verifier on its sample of the paths (the learner's reward-hacking
+        monitor compares it with the training reward; it never enters the update)."""
+        sample = [p for p in paths if sampling.verifies(p.path_id, job.verifier_sample)]
+        for path, result in zip(sample, self._score_with(job.verifier_fn, job, sample)):
+            path.verifier_reward = result.reward
+            path.verifier_status = result.status or "ok"
+
+    def _score_with(self, reward_fn: str, job, paths: list[common_pb2.Path]) -> list:
+        if not paths:
+            return []
         request = reward_pb2.ScoreBatchRequest(
-            reward_fn=job.reward_fn,
+            reward_fn=reward_fn,
             items=[
                 reward_pb2.ScoreRequest(
                     id=p.path_id,
@@ -279,10 +297,7 @@ class RolloutWorker:
                 for p in paths
             ],
         )
-        for path, result in zip(paths, self._call_reward(request).results):
-            path.reward = result.reward
-            path.reward_status = result.status
-            path.reward_components.update(result.components)
+        return list(self._call_reward(request).results)
 
     def _call_reward(self, request):
         return rpc.call_with_retry(self.reward.ScoreBatch, request, timeout=self.reward_deadline_s)

@@ -9,10 +9,12 @@ from brorl.config import StrictModel
 ROOT = Path(__file__).resolve().parents[2]
 CONFIG_MODULES = [
     "brorl.runconfig",
+    "brorl.monitor_config",
     "brorl.security",
     "services.learner.config",
     "services.rollout.config",
     "services.reward.config",
+    "services.reward.pipeline_config",
     "brorl.apps.demo_cmd",
     "brorl.apps.sweep_cmd",
 ]

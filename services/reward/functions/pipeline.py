@@ -2,8 +2,9 @@
 scorer.
 
 Order, per path:
-  1. safety filters — the completion is truncated to ``max_chars``; a sensitive word anywhere in it
-     (also past the cut) → status "filtered", reward ``filtered_reward``; nothing else runs.
+  1. safety filters (safety_filter.py: length, word list, regexes, a local classifier) — a
+     filtered path gets status "filtered", reward ``filtered_reward`` and the component
+     ``filtered/<reason>``; nothing else runs. Then the completion is truncated to ``max_chars``.
   2. rules — ``min_chars``, ``max_chars_rule``, ``require_regex``, ``forbid_regex``; the first that
      fails ends the path with ``fail_reward`` (status ok, detail "early exit ...").
   3. gates — cheap registry functions in order (e.g. ``format: 1.0``); a reward below the minimum
@@ -19,20 +20,23 @@ from __future__ import annotations
 import re
 
 from services.reward.base import Score, ScoreItem
-from services.reward.config import PipelineSpec
-from services.reward.functions.text_rewards import _phrase_pattern
+from services.reward.functions.safety_filter import SafetyFilter
+from services.reward.pipeline_config import PipelineSpec
 
 
 class Pipeline:
     def __init__(self, name: str, spec: PipelineSpec, registry):
         self.name, self.spec, self.registry = name, spec, registry
-        self.sensitive = _phrase_pattern(spec.sensitive_words)
+        self.filter = SafetyFilter(name, spec)
         self.require = [re.compile(p) for p in spec.require_regex]
         self.forbid = [re.compile(p) for p in spec.forbid_regex]
         gates = ", ".join(f"{g}>={m:g}" for g, m in spec.gates.items()) or "none"
         self.description = (
             f"Filters, rules, gates ({gates}), then {spec.scorer}; clipped to ±{spec.clip:g}."
         )
+
+    def warm(self) -> None:
+        self.filter.warm()
 
     def dependencies(self) -> list[str]:
         return list(self.spec.gates) + [self.spec.scorer]
@@ -58,22 +62,18 @@ class Pipeline:
         latency = [0.0] * len(items)
         alive: list[int] = []
         work: list[ScoreItem] = []
-        for i, item in enumerate(items):
+        verdicts = self.filter.check([item.completion for item in items])  # the whole completion
+        for i, (item, verdict) in enumerate(zip(items, verdicts)):
             text = item.completion
             truncated = bool(s.max_chars) and len(text) > s.max_chars
             if truncated:
                 text = text[: s.max_chars]
             comps[i]["truncated"] = float(truncated)
-            hit = (
-                self.sensitive.search(item.completion) if self.sensitive else None
-            )  # the whole completion
-            if hit:
-                comps[i]["exit_stage"] = 0.0
+            if verdict:
+                reason, detail = verdict
+                comps[i].update({"exit_stage": 0.0, f"filtered/{reason}": 1.0})
                 out[i] = Score(
-                    s.filtered_reward,
-                    status="filtered",
-                    detail=f"sensitive word {hit.group(0)!r}",
-                    components=comps[i],
+                    s.filtered_reward, status="filtered", detail=detail, components=comps[i]
                 )
                 continue
             why = self._rule_failure(text)
