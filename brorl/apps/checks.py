@@ -8,9 +8,8 @@ token/TLS settings — and how a failure is answered: ``BadInput``, which the CL
 line on stderr naming the input and what to do, with exit code ``EXIT_BAD_INPUT`` (2, argparse's
 code for usage errors).
 
-``PREFLIGHT`` maps every subcommand to its checks; the CLI runs the entry before the handler or
-the hand-off to ``python -m ...`` (tests/unit/brorl/apps/test_cli_bad_input.py checks that every
-subcommand has one). Plain filesystem, socket, YAML and Redis calls: no torch, no process started.
+``PREFLIGHT`` maps every subcommand to its checks, run before the handler or the hand-off to
+``python -m ...`` (test_cli_bad_input.py checks every subcommand has one); no torch, no process.
 """
 
 from __future__ import annotations
@@ -276,12 +275,10 @@ def _recipe(cls, args, command: str):
 
 def check_cluster(args, rest) -> None:
     model_dir("--model", args.model)
-    if args.workers < 0:
-        raise BadInput(f"--workers {args.workers}", "must be 0 or more", "pass --workers K")
-    if not 1 <= args.learner_ranks <= 64:
-        raise BadInput(
-            f"--learner-ranks {args.learner_ranks}", "must be 1 to 64", "pass --learner-ranks R"
-        )
+    ranges = (("workers", args.workers, 0, 4096), ("learner-ranks", args.learner_ranks, 1, 64))
+    for flag, value, low, high in ranges:
+        if not low <= value <= high:
+            raise BadInput(f"--{flag} {value}", f"must be {low} to {high}", f"pass --{flag} N")
     security(args)
     _local_cluster(args, args.workers)
 

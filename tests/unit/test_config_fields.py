@@ -10,6 +10,8 @@ ROOT = Path(__file__).resolve().parents[2]
 CONFIG_MODULES = [
     "brorl.runconfig",
     "brorl.monitor_config",
+    "brorl.sampling_config",
+    "brorl.run_logging",
     "brorl.security",
     "services.learner.config",
     "services.rollout.config",

@@ -90,7 +90,7 @@ ROWS = [
         "cluster-zero-learner-ranks",
         "cluster --model {model} {cluster} --learner-ranks 0",
         "--learner-ranks 0",
-        "--learner-ranks R",
+        "--learner-ranks N",
     ),
     (
         "cluster-port-in-use",
