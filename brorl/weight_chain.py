@@ -215,3 +215,26 @@ def reconstruct(path: Path) -> ServingState:
     state = ServingState()
     state.apply_chain(steps, "", careful=True)
     return state
+
+
+def export_hf(path: Path, base_dir: Path, out: Path) -> Path:
+    """A Hugging Face model directory of the version in ``path``: ``base_dir``'s files (config,
+    tokenizer; no weights) and the version's serving weights as float32 safetensors (bf16 values
+    become their exact fp32 values). For readers that load a published version as a model."""
+    import shutil
+
+    from safetensors.numpy import save_file
+
+    from brorl import weight_codec
+
+    state = reconstruct(Path(path))
+    out = Path(out)
+    if out.exists():
+        shutil.rmtree(out)
+    out.mkdir(parents=True)
+    for f in Path(base_dir).iterdir():
+        if f.is_file() and f.suffix not in (".safetensors", ".bin") and f.name != "manifest.json":
+            shutil.copy2(f, out / f.name)
+    tensors = {n: weight_codec.bits_to_float32(b, state.dtype) for n, b in state.tensors.items()}
+    save_file(tensors, str(out / "model.safetensors"), metadata={"format": "pt"})
+    return out

@@ -90,9 +90,8 @@ def main(argv=None) -> int:
     ks = [int(k) for k in args.ks.split(",")]
     if not all(1 <= k <= args.samples for k in ks):
         ap.error(f"every k must lie in [1, --samples={args.samples}]")
-    import torch
-    from transformers import AutoModelForCausalLM
 
+    from demo.eval_many import load_model
     from demo.evaluate import load_tokenizer
     from demo.task import heldout_problems
     from demo.warmstart import WarmstartConfig, read_marker, task_kwargs
@@ -102,7 +101,7 @@ def main(argv=None) -> int:
     problems = heldout_problems(args.n, **task_kwargs(base))
     tok = load_tokenizer(args.tokenizer)
     for path in args.models:
-        model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
+        model = load_model(path, args.tokenizer)  # a HF directory or a published weight version
         correct = sample_correct(model, tok, problems, args.samples, args.seed)
         result = {
             "model": path,

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import statistics
 import time
 from pathlib import Path
@@ -182,15 +181,11 @@ def read_metrics(run_dir: Path) -> tuple[list[dict], float]:
 
 
 def plateau_model(version_dir: Path, warmstart: Path, out: Path) -> Path:
-    """A model directory of a published weight version plus the warm-start's tokenizer and
-    task marker (weight versions hold only weights and config)."""
-    if out.exists():
-        shutil.rmtree(out)
-    shutil.copytree(version_dir, out)
-    for f in warmstart.iterdir():
-        if f.is_file() and not (out / f.name).exists() and f.suffix != ".safetensors":
-            shutil.copy2(f, out / f.name)
-    return out
+    """A model directory of a published weight version (a keyframe + delta chain) with the
+    warm-start's config, tokenizer and task marker."""
+    from brorl.weight_chain import export_hf
+
+    return export_hf(version_dir, warmstart, out)
 
 
 def saturate(cfg, inputs, probes, client, stamp) -> dict:

@@ -58,6 +58,9 @@ async: {{max_staleness: 2, publish_every: 1, max_inflight_groups: 4}}
 checkpoint_every: 0
 samples_every: 2
 """
+    # Counters are the cluster's since it started (other tests, Generate RPCs included): the
+    # checks below are on what this run added.
+    before = {name: scrape(url) for name, url in urls.items()}
     client = LearnerClient(procs["learner"].address)
     run_id = f"metrics-{uuid.uuid4().hex[:6]}"
     client.start(config, run_id=run_id)
@@ -89,8 +92,12 @@ samples_every: 2
     assert values(after["learner"], "brorl_rpc_latency_seconds_count", method="WatchRun")
 
     # rollout workers: counters (rate(): paths/s, tokens/s) and the version each one holds
-    paths = sum(values(after[f"rollout{i}"], "brorl_rollout_paths_total")[0] for i in range(2))
-    tokens = sum(values(after[f"rollout{i}"], "brorl_rollout_tokens_total")[0] for i in range(2))
+    def added(service, name, **labels):
+        now, then = values(after[service], name, **labels), values(before[service], name, **labels)
+        return (now[0] if now else 0.0) - (then[0] if then else 0.0)
+
+    paths = sum(added(f"rollout{i}", "brorl_rollout_paths_total") for i in range(2))
+    tokens = sum(added(f"rollout{i}", "brorl_rollout_tokens_total") for i in range(2))
     assert paths >= 4 * 2 * 64 and tokens >= paths
     versions = [values(after[f"rollout{i}"], "brorl_rollout_weight_version") for i in range(2)]
     assert all(len(v) == 1 for v in versions) and max(v[0] for v in versions) >= 1
@@ -105,10 +112,11 @@ samples_every: 2
 
     # reward service: scored paths by function and status, rewards, ScoreBatch latencies
     reward = after["reward"]
-    scored = values(reward, "brorl_reward_scored_total", fn="format", status="ok")
-    assert scored and scored[0] >= paths  # each kept path scored once (or more when retried)
-    assert values(reward, "brorl_reward_value_count", fn="format")[0] == scored[0]
-    assert values(reward, "brorl_reward_score_count", fn="format")[0] == scored[0]
+    scored = added("reward", "brorl_reward_scored_total", fn="format", status="ok")
+    assert scored >= paths  # each kept path scored once (or more when retried)
+    [scored_total] = values(reward, "brorl_reward_scored_total", fn="format", status="ok")
+    assert values(reward, "brorl_reward_value_count", fn="format")[0] == scored_total
+    assert values(reward, "brorl_reward_score_count", fn="format")[0] == scored_total
     batches = values(reward, "brorl_rpc_latency_seconds_count", method="ScoreBatch")
     assert batches and batches[0] >= 8  # one per group part
     assert values(reward, "brorl_rpc_requests_total", method="ScoreBatch", code="OK")[0] >= 8

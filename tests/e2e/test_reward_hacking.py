@@ -50,6 +50,8 @@ sampling: {{n: 16, temperature: 1.0, top_k: -1, top_p: 1.0, max_tokens: 6}}
 train: {{steps: 10, groups_per_step: 16, lr: 0.0003, kl_coef: 0.01, micro_batch_paths: 256}}
 async: {{max_staleness: 1, publish_every: 1, max_inflight_groups: 16}}
 checkpoint_every: 0  # rollbacks go to the step-0 checkpoint: the policy before the hack
+# every version a full fp32 keyframe: the restored version is compared bit for bit below
+weights: {{serving_dtype: fp32, keyframe_every: 1}}
 monitors:
   action: rollback
   window: 4
