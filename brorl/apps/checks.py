@@ -302,14 +302,14 @@ def _local_cluster(args, workers: int) -> None:
     redis_ready("--redis-url", args.redis_url)
 
 
-def _recipe_on_base_port(cls, ports_of, command: str):
+def _recipe_on_base_port(cls, command: str):
     """The check of a recipe command on a cluster at ``--base-port`` (sweep, study)."""
 
     def check(args, rest) -> None:
         cfg = _recipe(cls, args, command)
         output_dir("--workdir", args.workdir)
         output_dir("out", str(REPO_ROOT / cfg.out))
-        named = [("--base-port", port) for port in ports_of(args.base_port).values()]
+        named = [("--base-port", port) for port in recipe.base_port_layout(args.base_port).values()]
         free_ports(cluster_ports(cfg.workers, *named))
         redis_ready("--redis-url", args.redis_url)
 
@@ -387,8 +387,8 @@ def check_report(args, rest) -> None:
 
 PREFLIGHT = {
     "demo": check_demo,
-    "sweep": _recipe_on_base_port(sweep_cmd.SweepConfig, sweep_cmd.ports, "sweep"),
-    "study": _recipe_on_base_port(study_cmd.BroadenConfig, study_cmd.ports, "study"),
+    "sweep": _recipe_on_base_port(sweep_cmd.SweepConfig, "sweep"),
+    "study": _recipe_on_base_port(study_cmd.BroadenConfig, "study"),
     "cluster": check_cluster,
     "run": check_run,
     "generate": check_generate,

@@ -120,6 +120,12 @@ def add_arguments(p, config: Path, workdir: Path, overrides_help: str) -> None:
     p.add_argument("overrides", nargs="*", help=overrides_help)
 
 
+def base_port_layout(base: int) -> dict[str, int]:
+    """The cluster's ports from a command's ``--base-port`` (sweep, study, and their checks):
+    reward this port, learner +1, rollout worker i +10+i."""
+    return {"reward_port": base, "learner_port": base + 1, "rollout_base_port": base + 10}
+
+
 def load_recipe(cls: type[R], path: str | Path, overrides: Sequence[str] = ()) -> R:
     """``path`` over its base files, then ``key=value`` overrides (no environment layer: these
     are commands, not services), validated as ``cls``."""

@@ -89,9 +89,6 @@ def add_arguments(p) -> None:
     )
 
 
-def ports(base: int) -> dict[str, int]:
-    return {"reward_port": base, "learner_port": base + 1, "rollout_base_port": base + 10}
-
 
 def arms(cfg: BroadenConfig) -> list[dict]:
     """Every continuation run, in the order they run: regime, label, what it sets, seed."""
@@ -332,7 +329,7 @@ def run_study(args) -> int:
         inputs,
         work,
         redis_url=args.redis_url,
-        **ports(args.base_port),
+        **recipe.base_port_layout(args.base_port),
         learner_overrides={"keep_weight_versions": 100_000},
         namespace=f"broaden-{os.getpid()}",
     )

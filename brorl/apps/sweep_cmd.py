@@ -67,10 +67,6 @@ def add_arguments(p) -> None:
     )
 
 
-def ports(base: int) -> dict[str, int]:
-    """The cluster's ports from ``--base-port`` (the sweep and its input checks share this)."""
-    return {"reward_port": base, "learner_port": base + 1, "rollout_base_port": base + 10}
-
 
 def plan(cfg: SweepConfig) -> list[dict]:
     """Every (regime, N, seed) run with its learner steps, in the order they run."""
@@ -133,7 +129,7 @@ def run_sweep(args) -> int:
         inputs,
         work,
         redis_url=args.redis_url,
-        **ports(args.base_port),
+        **recipe.base_port_layout(args.base_port),
         learner_overrides={"keep_weight_versions": 100_000},
         namespace=f"sweep-{os.getpid()}",
     )
