@@ -42,6 +42,20 @@ def default_max_new_tokens(problems: Sequence[Problem]) -> int:
     return max(len(p.answer) for p in problems) + 2
 
 
+def left_padded(tokenizer, prompts: Sequence[str]):
+    """(input_ids, attention_mask, width) of ``prompts`` left-padded to the longest: (B, T)."""
+    import torch
+
+    ids = [tokenizer.encode(p) for p in prompts]
+    width = max(len(i) for i in ids)
+    input_ids = torch.full((len(ids), width), tokenizer.pad_token_id, dtype=torch.long)  # (B, T)
+    attention = torch.zeros((len(ids), width), dtype=torch.long)  # (B, T)
+    for row, seq in enumerate(ids):
+        input_ids[row, width - len(seq) :] = torch.tensor(seq)
+        attention[row, width - len(seq) :] = 1
+    return input_ids, attention, width
+
+
 def greedy_completions(
     model, tokenizer, prompts: Sequence[str], *, batch_size: int = 256, max_new_tokens: int = 8
 ) -> list[str]:
@@ -51,13 +65,7 @@ def greedy_completions(
     eos, pad = tokenizer.eos_token_id, tokenizer.pad_token_id
     out: list[str] = []
     for start in range(0, len(prompts), batch_size):
-        chunk = [tokenizer.encode(p) for p in prompts[start : start + batch_size]]
-        width = max(len(ids) for ids in chunk)
-        input_ids = torch.full((len(chunk), width), pad, dtype=torch.long)  # (B, T)
-        attention = torch.zeros((len(chunk), width), dtype=torch.long)  # (B, T)
-        for row, ids in enumerate(chunk):  # left padding
-            input_ids[row, width - len(ids) :] = torch.tensor(ids)
-            attention[row, width - len(ids) :] = 1
+        input_ids, attention, width = left_padded(tokenizer, prompts[start : start + batch_size])
         with torch.no_grad():
             gen = model.generate(
                 input_ids=input_ids,

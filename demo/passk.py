@@ -40,19 +40,15 @@ def sample_correct(model, tokenizer, problems, samples: int, seed: int, batch: i
     """How many of ``samples`` sampled completions of each problem equal its answer exactly."""
     import torch
 
+    from demo.evaluate import left_padded
+
     torch.manual_seed(seed)
     eos, pad = tokenizer.eos_token_id, tokenizer.pad_token_id
     width_new = max(len(p.answer) for p in problems) + 2
     counts = []
     for start in range(0, len(problems), batch):
         chunk = problems[start : start + batch]
-        ids = [tokenizer.encode(p.prompt) for p in chunk]
-        width = max(len(i) for i in ids)
-        input_ids = torch.full((len(ids), width), pad, dtype=torch.long)  # (B, T)
-        attention = torch.zeros((len(ids), width), dtype=torch.long)  # (B, T)
-        for row, seq in enumerate(ids):  # left padding
-            input_ids[row, width - len(seq) :] = torch.tensor(seq)
-            attention[row, width - len(seq) :] = 1
+        input_ids, attention, width = left_padded(tokenizer, [p.prompt for p in chunk])
         with torch.no_grad():
             out = model.generate(
                 input_ids=input_ids,
