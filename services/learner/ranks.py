@@ -116,12 +116,12 @@ class RankGroup:
         while not self._closed.wait(self.heartbeat_s / 4):
             if self.failure or time.monotonic() - self._last < self.heartbeat_s:
                 continue
-            if self.lock.acquire(blocking=False):
-                self.lock.release()
-                try:
-                    self.run("noop")
-                except RankFailure as exc:
-                    log.error("%s", exc)
+            if self.lock.locked():  # a command is under way: the ranks are not idle
+                continue
+            try:
+                self.run("noop")
+            except RankFailure as exc:
+                log.error("%s", exc)
 
     def close(self) -> None:
         self._closed.set()
