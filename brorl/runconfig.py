@@ -13,6 +13,7 @@ from pydantic import Field, model_validator
 
 from brorl.config import StrictModel, parse_text, validate
 from brorl.monitor_config import MonitorsConfig
+from brorl.ppo_config import PPOConfig
 from brorl.run_logging import LoggingConfig
 from brorl.sampling_config import (  # noqa: F401 - the run config's sections, importable from here
     AdaptiveBudget,
@@ -152,18 +153,22 @@ class TrainConfig(StrictModel):
     normalize_std: bool = Field(
         True, description="Divide group advantages by the group's reward std (GRPO)."
     )
-    estimator: Literal["grpo", "dr_grpo", "rloo", "reinforce_pp"] = Field(
+    estimator: Literal["grpo", "dr_grpo", "rloo", "reinforce_pp", "ppo"] = Field(
         "grpo",
         description="Advantage estimator (docs/algorithms.md): 'grpo' group mean baseline (/ std "
         "with normalize_std); 'dr_grpo' mean baseline, no std, token-sum loss over "
         "paths x max_tokens; 'rloo' leave-one-out baseline; 'reinforce_pp' group baseline "
-        "then std over the whole step.",
+        "then std over the whole step; 'ppo' a critic and GAE (train.ppo).",
     )
-    off_policy: Literal["clip", "tis"] = Field(
+    ppo: PPOConfig = Field(
+        default_factory=PPOConfig, description="PPO's critic, GAE and epochs (estimator ppo)."
+    )
+    off_policy: Literal["clip", "tis", "none"] = Field(
         "clip",
         description="Correction for paths sampled by older weights: 'clip' takes the PPO ratio "
         "against the sampling log-probs; 'tis' takes it against the learner's "
-        "recomputed log-probs times a truncated importance weight.",
+        "recomputed log-probs times a truncated importance weight; 'none' treats every path "
+        "as on-policy (ratio 1, no correction: the staleness ablation's control).",
     )
     tis_cap: float = Field(
         2.0, gt=0.0, description="Cap of the truncated importance weight (off_policy='tis')."
@@ -198,6 +203,15 @@ class TrainConfig(StrictModel):
     )
 
     @model_validator(mode="after")
+    def _ppo_needs_a_fixed_old_policy(self):
+        if self.estimator == "ppo" and self.off_policy != "clip":
+            raise ValueError(
+                "estimator ppo takes off_policy clip: its epochs need ratios against a fixed "
+                "old policy (the sampler's log-probs), and tis recomputes them every pass"
+            )
+        return self
+
+    @model_validator(mode="after")
     def _adaptive_kl_needs_a_start(self):
         if self.kl_control.kind == "adaptive" and self.kl_coef <= 0:
             raise ValueError(
@@ -216,6 +230,12 @@ class AsyncConfig(StrictModel):
     )
     publish_every: int = Field(
         1, ge=1, description="Publish a weight version every this many updates."
+    )
+    publish_lag: int = Field(
+        0,
+        ge=0,
+        description="Staleness ablation: the workers get each weight version this many "
+        "versions late, so every path is at least this stale (0: at once).",
     )
     max_inflight_groups: int = Field(
         4,

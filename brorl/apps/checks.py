@@ -8,8 +8,7 @@ token/TLS settings — and how a failure is answered: ``BadInput``, which the CL
 line on stderr naming the input and what to do, with exit code ``EXIT_BAD_INPUT`` (2, argparse's
 code for usage errors).
 
-``PREFLIGHT`` maps every subcommand to its checks, run before the handler or the hand-off to
-``python -m ...`` (test_cli_bad_input.py checks every subcommand has one); no torch, no process.
+``PREFLIGHT`` maps every subcommand to its checks (test_cli_bad_input.py checks each has one).
 """
 
 from __future__ import annotations
@@ -24,7 +23,7 @@ import grpc
 import redis
 import yaml
 
-from brorl.apps import demo_cmd, recipe, study_cmd, sweep_cmd
+from brorl.apps import compare_cmd, demo_cmd, recipe, study_cmd, sweep_cmd
 from brorl.apps.launcher import REPO_ROOT
 from brorl.config import load_config, parse_text
 from brorl.errors import BrorlError
@@ -303,7 +302,7 @@ def _local_cluster(args, workers: int) -> None:
 
 
 def _recipe_on_base_port(cls, command: str):
-    """The check of a recipe command on a cluster at ``--base-port`` (sweep, study)."""
+    """The check of a recipe command on a cluster at ``--base-port`` (sweep, study, compare)."""
 
     def check(args, rest) -> None:
         cfg = _recipe(cls, args, command)
@@ -389,6 +388,7 @@ PREFLIGHT = {
     "demo": check_demo,
     "sweep": _recipe_on_base_port(sweep_cmd.SweepConfig, "sweep"),
     "study": _recipe_on_base_port(study_cmd.BroadenConfig, "study"),
+    "compare": _recipe_on_base_port(compare_cmd.CompareConfig, "compare"),
     "cluster": check_cluster,
     "run": check_run,
     "generate": check_generate,

@@ -3,6 +3,7 @@
 brorl demo                       warm-start (cached) + local cluster + RL run + evaluation
 brorl sweep                      the BroRL table: N in {16,64,256,512}, equal samples / steps
 brorl study broaden              saturate with N=16, then broaden to N=512 (docs/broadening.md)
+brorl compare --config FILE      learner options side by side (configs/algorithms.yaml, ...)
 brorl cluster --model DIR        reward + K rollout workers + learner as local processes
 brorl run start CONFIG           start a run on a learner (watch with --watch)
 brorl run status|watch|stop|checkpoint RUN_ID
@@ -29,7 +30,7 @@ from pathlib import Path
 
 import grpc
 
-from brorl.apps import checks, demo_cmd, report, study_cmd, sweep_cmd
+from brorl.apps import checks, compare_cmd, demo_cmd, report, study_cmd, sweep_cmd
 from brorl.apps.launcher import REPO_ROOT, Cluster, ClusterSpec
 from brorl.apps.scrape_targets import FILE_SD
 from brorl.apps.progress import watch_run
@@ -192,6 +193,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sweep_cmd.add_arguments(sw)
     sw.set_defaults(handler=sweep_cmd.run_sweep)
+
+    cp = sub.add_parser(
+        "compare", help="learner options side by side, several seeds (docs/algorithms.md)"
+    )
+    compare_cmd.add_arguments(cp)
+    cp.set_defaults(handler=compare_cmd.run_compare)
 
     st = sub.add_parser("study", help="studies of BroRL's claims (docs/broadening.md)")
     broaden = st.add_subparsers(dest="study", required=True).add_parser(

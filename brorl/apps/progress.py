@@ -40,3 +40,17 @@ def watch_run(client: LearnerClient, run_id: str, total: int, quiet: bool = Fals
         "run_dir": info.run_dir,
         "message": info.message,
     }
+
+
+def run_to_end(client: LearnerClient, config_yaml: str, run_id: str) -> tuple[str, list[dict]]:
+    """Start a run, wait for it silently, and return its run_dir and metrics.jsonl records;
+    a run that does not finish ends the command with its message (sweep and compare)."""
+    import json
+    from pathlib import Path
+
+    info = client.start(config_yaml, run_id=run_id)
+    final = watch_run(client, info.run_id, info.total_steps, quiet=True)
+    if final["state"] != "finished":
+        raise SystemExit(f"{run_id} {final['state']}: {final['message']}")
+    lines = (Path(final["run_dir"]) / "metrics.jsonl").read_text().splitlines()
+    return final["run_dir"], [json.loads(line) for line in lines]

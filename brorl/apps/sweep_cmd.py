@@ -23,7 +23,7 @@ from pydantic import Field
 
 from brorl.apps import recipe
 from brorl.apps.launcher import REPO_ROOT, Cluster
-from brorl.apps.progress import watch_run
+from brorl.apps.progress import run_to_end
 from brorl.client import LearnerClient
 
 
@@ -141,14 +141,8 @@ def run_sweep(args) -> int:
         for i, run in enumerate(runs):
             rc = recipe.build_run_config(cfg, inputs, per_run_config(run))
             run_id = f"sweep-{stamp}-{run['regime']}-n{run['n']}-s{run['seed']}"
-            info = client.start(recipe.run_config_yaml(rc), run_id=run_id)
-            final = watch_run(client, info.run_id, info.total_steps, quiet=True)
-            if final["state"] != "finished":
-                raise SystemExit(f"{run_id} {final['state']}: {final['message']}")
-            run_dir = Path(final["run_dir"])
-            metrics = [
-                json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()
-            ]
+            run_dir, metrics = run_to_end(client, recipe.run_config_yaml(rc), run_id)
+            run_dir = Path(run_dir)
             points = sorted(
                 {
                     max(1, round(run["steps"] * (k + 1) / cfg.eval_points))

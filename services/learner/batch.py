@@ -28,7 +28,7 @@ class Batch:
     targets: torch.Tensor  # (b, C) long: completion tokens, right-padded with pad_id
     loss_mask: torch.Tensor  # (b, C) 1.0 on completion tokens
     sampling_logp: torch.Tensor  # (b, C) the sampler's log-prob of each completion token
-    advantages: torch.Tensor  # (b,) (times the path weight)
+    advantages: torch.Tensor  # (b,) (times the path weight); (b, C) per token under ppo
     temperature: torch.Tensor  # (b,) temperature the log-probs are computed at
     top_k: torch.Tensor  # (b,) sampling top-k (-1: off)
     top_p: torch.Tensor  # (b,) sampling top-p (1: off)
@@ -36,6 +36,9 @@ class Batch:
     weight: torch.Tensor  # (b,) path weight (near-duplicate down-weighting; 1 by default)
     path_index: torch.Tensor  # (b,) each row's index in its group's paths
     group_index: int  # the group's index in the step
+    # PPO (estimator ppo; critic.py): advantages are then (b, C) per token, and these are set
+    returns: torch.Tensor | None = None  # (b, C) GAE returns: the critic's targets
+    old_values: torch.Tensor | None = None  # (b, C) the critic's values at the step's start
 
     def __len__(self) -> int:
         return self.targets.shape[0]

@@ -19,25 +19,39 @@ from services.learner.batch import Batch
 
 def completion_logits(model, batch: Batch) -> torch.Tensor:
     """(b, C, V) float32 logits that predict each completion token of the chunk."""
+    return completion_outputs(model, batch, lambda out: out.logits).float()
+
+
+def completion_states(trunk, batch: Batch) -> torch.Tensor:
+    """(b, C, H) last hidden states of a model trunk (no LM head; the critic's) at the same
+    positions: the state from which completion token t is predicted."""
+    return completion_outputs(trunk, batch, lambda out: out.last_hidden_state)
+
+
+def completion_outputs(model, batch: Batch, read) -> torch.Tensor:
+    """(b, C, D): ``read(output)`` (a (rows, positions, D) tensor of the model's output) at the
+    position that predicts each completion token; the prompt runs once per chunk."""
     b, C = batch.targets.shape
     prompt = batch.prompt_ids[None, :]  # (1, P)
     if prompt.shape[1] == 0:
         raise ValueError("a group without prompt tokens has no position to predict its first token")
     out = model(input_ids=prompt, use_cache=C > 1)
-    first = out.logits[:, -1:, :].expand(b, 1, -1)  # (b, 1, V): predicts completion token 0
+    first = read(out)[:, -1:, :].expand(b, 1, -1)  # (b, 1, D): predicts completion token 0
     if C == 1:
-        return first.float()
+        return first
     cache = _expanded(out.past_key_values, b)
     P = prompt.shape[1]
     positions = torch.arange(P, P + C - 1, device=prompt.device)[None, :].expand(b, -1)  # (b, C-1)
     # Right padding needs no attention mask: a real token never attends to a later pad.
-    rest = model(
-        input_ids=batch.targets[:, :-1],
-        position_ids=positions,
-        past_key_values=cache,
-        use_cache=False,
-    ).logits  # (b, C-1, V)
-    return torch.cat([first, rest], dim=1).float()
+    rest = read(
+        model(
+            input_ids=batch.targets[:, :-1],
+            position_ids=positions,
+            past_key_values=cache,
+            use_cache=False,
+        )
+    )  # (b, C-1, D)
+    return torch.cat([first, rest], dim=1)
 
 
 def completion_logits_reference(model, batch: Batch) -> torch.Tensor:

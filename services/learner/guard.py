@@ -98,7 +98,7 @@ class RunGuard:
         # workers may hold any version: the restored weights get a number above all of them
         pointer = t._redis(t.channels.read_weights, "reading the weight pointer")
         t.version = max(t.version, pointer.version if pointer else 0)
-        t.publish()
+        t.publish(at_once=True)
         t.intake.min_version = t.version  # paths of the abandoned weights are not trained on
         self.monitors.reset()
         self._save()

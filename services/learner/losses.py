@@ -54,8 +54,9 @@ def surrogate_loss(
     ratio_level="sequence"), clipped to [1-clip_low, 1+clip_high] — the clip is the importance
     correction for stale paths. off_policy="tis": ratio against the learner's own recomputed
     log-probs (on-policy PPO) times a truncated importance weight min(π_θ / π_sampling,
-    tis_cap) (importance.py). The KL to ``ref_logp`` is a loss term (kl_in="loss") or a
-    per-token reward penalty folded into the advantages (kl_in="reward", kl_control.py).
+    tis_cap) (importance.py). off_policy="none": ratio 1, no correction. The KL to
+    ``ref_logp`` is a loss term (kl_in="loss") or a per-token reward penalty folded into the
+    advantages (kl_in="reward", kl_control.py).
     """
     mask = batch.loss_mask
     level = train.ratio_level
@@ -63,6 +64,8 @@ def surrogate_loss(
     if train.off_policy == "tis":
         old_logp = logp.detach()  # ratio 1 at either level: the TIS weight is the correction
         tis = importance.tis_weight(logp, batch.sampling_logp, mask, train.tis_cap, level)
+    elif train.off_policy == "none":
+        old_logp = logp.detach()  # ratio 1: a stale path counts as if sampled by these weights
     else:
         old_logp = importance.ratio_baseline(logp, batch.sampling_logp, mask, level)
     advantages, kl_ref, reward_kl = batch.advantages, ref_logp, None

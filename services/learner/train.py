@@ -21,6 +21,7 @@ import logging
 import random
 import time
 import uuid
+from collections import deque
 from typing import Callable
 
 import numpy as np
@@ -83,6 +84,7 @@ class Trainer:
         self.step = 0
         self.version = 0
         self.skipped_streak = 0  # updates skipped in a row for non-finite numbers
+        self.held: deque = deque()  # (version, step, weights) not yet sent (async.publish_lag)
         self.guard = RunGuard(self)  # monitors and their actions (docs/monitors.md)
 
     def run(self) -> None:
@@ -186,7 +188,7 @@ class Trainer:
             # Version 0 is the initial policy, published so that workers which served another
             # run before load it rather than keep that run's weights.
             self.version = -1
-            self.publish()
+            self.publish(at_once=True)
         if self.probe is not None:  # the baseline: the policy before this process's updates
             self._measure_probes()
         self.guard.start()
@@ -201,6 +203,9 @@ class Trainer:
             self._evaluate()
 
     def finish(self) -> None:
+        while self.held:  # versions held back by async.publish_lag: every version reaches disk
+            version, step, weights = self.held.popleft()
+            self._send(version, step, lambda w=weights: w)
         stop = self.state.stop_requested
         if self.heldout.busy and not stop.is_set():  # the last round, sampled by the last version
             timeout = self.cfg.asynchrony.group_timeout_s
@@ -214,13 +219,29 @@ class Trainer:
         self._redis(lambda: self.channels.expire(ttl), "expiring the run's keys")
 
     # -- weights and checkpoints ----------------------------------------------------------------
-    def publish(self) -> None:
+    def publish(self, at_once: bool = False) -> None:
+        """A new weight version of the policy. With ``async.publish_lag`` L the workers get it L
+        versions later (its weights are copied aside until then), so paths are sampled by
+        weights at least L versions old; ``at_once`` (the first version, a restored one)
+        publishes now and drops the held ones."""
         self.version += 1
+        lag = 0 if at_once else self.cfg.asynchrony.publish_lag
+        if lag == 0:
+            self.held.clear()
+            self._send(self.version, self.step, self.policy.weights)
+            return
+        weights = {n: a.copy() for n, a in self.policy.weights().items()}
+        self.held.append((self.version, self.step, weights))
+        if len(self.held) > lag:
+            version, step, weights = self.held.popleft()
+            self._send(version, step, lambda: weights)
+
+    def _send(self, version: int, step: int, weights) -> None:
         self.publisher.publish(
-            self.policy.weights,
+            weights,
             lambda p: self._redis(lambda: self.channels.publish_weights(p), "publishing weights"),
-            self.version,
-            self.step,
+            version,
+            step,
         )
         self.store.prune(self.keep_versions)
 
@@ -269,7 +290,7 @@ class Trainer:
         # restored weights get a number above every version published so far.
         pointer = self._redis(self.channels.read_weights, "reading the weight pointer")
         self.version = max(self.version, pointer.version if pointer else 0)
-        self.publish()
+        self.publish(at_once=True)
         log.info(
             "resumed at step %d (cursor %d, %d groups re-sent, now weight version %d)",
             self.step,

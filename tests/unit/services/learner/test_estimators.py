@@ -2,8 +2,6 @@
 float64 twins, and the estimator choice reaching the update from a RunConfig."""
 
 import math
-from types import SimpleNamespace
-
 import pytest
 import torch
 
@@ -192,7 +190,8 @@ def test_the_run_configs_estimator_reaches_the_update(estimator, monkeypatch):
     monkeypatch.setattr(policy, "policy_loss", fake_loss)
     monkeypatch.setattr(policy.deepspeed_engine, "grad_norm", lambda engine: 0.0)
     groups = [make_group("a", [1, 2, 3], [1.0, 0.0, 0.0]), make_group("b", [4, 2], [0.0, 1.0])]
-    fake = SimpleNamespace(
+    fake = policy.Policy.__new__(policy.Policy)  # the real update on a fake engine
+    fake.__dict__.update(
         train=cfg.train,
         pad_id=0,
         engine=FakeEngine(),
@@ -200,6 +199,10 @@ def test_the_run_configs_estimator_reaches_the_update(estimator, monkeypatch):
         kl=KLController(cfg.train),
         device=torch.device("cpu"),
         autocast=False,
+        rank=0,
+        world=1,
+        critic=None,
+        updates=0,
     )
     out = policy.Policy.update(fake, groups)
 

@@ -1,0 +1,58 @@
+"""A shortened `brorl compare` (configs/algorithms.yaml): PPO+GAE beside GRPO and a lagged,
+uncorrected arm, one seed, a few steps, through the real services; it must write results,
+the table and the plot, and the lagged arm's paths must be measurably stale."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from brorl.apps.launcher import REPO_ROOT
+
+pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.redis]
+
+ARMS = (
+    "arms={grpo: {train: {estimator: grpo}}, "
+    "ppo_gae: {train: {estimator: ppo, ppo: {epochs: 2, minibatches: 2}}}, "
+    "lag2_no_is: {async: {publish_lag: 2, max_staleness: 8}, train: {off_policy: none}}}"
+)
+
+
+def test_short_compare_writes_table_and_plot(tmp_path):
+    out = tmp_path / "docs"
+    cmd = [
+        sys.executable,
+        "-m",
+        "brorl.apps.cli",
+        "compare",
+        "--workdir",
+        str(tmp_path / "work"),
+        "--base-port",
+        "50660",
+        ARMS,
+        "seeds=[0]",
+        "steps=4",
+        "eval_problems=50",
+        "eval_points=2",
+        "train_problems=500",
+        "workers=1",
+        "run={sampling: {n: 16}, async: {max_inflight_groups: 4}}",
+        "warmstart=[--steps,150,--eval-problems,50]",
+        f"out={out}",
+    ]
+    proc = subprocess.run(cmd, cwd=REPO_ROOT, capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    report = json.loads((out / "results.json").read_text())
+    runs = {r["arm"]: r for r in report["runs"]}
+    assert sorted(runs) == ["grpo", "lag2_no_is", "ppo_gae"]
+    for r in runs.values():
+        assert [p["step"] for p in r["curve"]] == [2, 4]
+        assert 0.0 <= r["accuracy_final"] <= 1.0 and r["samples_per_s"] > 0
+        assert 0.0 <= r["accuracy_equal_wall"] <= 1.0
+    # every path of the lagged arm after its first steps is at least 2 versions old
+    assert runs["lag2_no_is"]["staleness"] > runs["grpo"]["staleness"] + 0.5
+    assert report["equal_wall_s"] == min(r["wall_s"] for r in runs.values())
+    table = (out / "table.md").read_text()
+    assert "| ppo_gae |" in table and "| lag2_no_is |" in table
+    assert (out / "accuracy.png").stat().st_size > 1000
