@@ -3,6 +3,7 @@
 and writes rank 0's weights:
 
     python -m tests.integration.ranks_harness MODEL_DIR OUT_DIR --ranks 2 --zero 1 [--die-at 2]
+        [--estimator ppo]
 
 ``--die-at K``: rank 1 kills itself (SIGKILL) at update K, to test what rank 0 does then; rank 0
 writes the error it got to OUT_DIR/error.txt.
@@ -45,6 +46,7 @@ def main(argv=None) -> int:
     ap.add_argument("--ranks", type=int, default=1)
     ap.add_argument("--zero", type=int, default=0)
     ap.add_argument("--die-at", type=int, default=0)
+    ap.add_argument("--estimator", default="grpo")
     ap.add_argument("--timeout", type=float, default=20.0)
     args = ap.parse_args(argv)
     import torch
@@ -59,7 +61,13 @@ def main(argv=None) -> int:
             "model": args.model,
             "data": {"train_path": "unused"},
             # micro-batches of 2 paths: 8 chunks a step, split over the ranks unevenly
-            "train": {"lr": 2e-3, "micro_batch_paths": 2, "seed": 3},
+            "train": {
+                "lr": 2e-3,
+                "micro_batch_paths": 2,
+                "seed": 3,
+                "estimator": args.estimator,
+                "ppo": {"epochs": 2, "minibatches": 3},  # under ppo: 6 optimizer steps a step
+            },
         }
     )
     make = make_policy(args.zero)

@@ -17,9 +17,12 @@ TOL = 1e-5
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def harness(model, out, ranks=1, zero=0, die_at=0, timeout_s=240) -> subprocess.CompletedProcess:
+def harness(
+    model, out, ranks=1, zero=0, die_at=0, timeout_s=240, estimator="grpo"
+) -> subprocess.CompletedProcess:
     cmd = [sys.executable, "-m", "tests.integration.ranks_harness", str(model), str(out)]
     cmd += ["--ranks", str(ranks), "--zero", str(zero), "--die-at", str(die_at)]
+    cmd += ["--estimator", estimator]
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     for k in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"):
         env.pop(k, None)
@@ -32,10 +35,15 @@ def weights(directory):
     return load_file(str(Path(directory) / "model.safetensors"))
 
 
-@pytest.mark.parametrize("zero", [0, 1, 2, 3])
-def test_two_ranks_give_the_weights_of_one(tiny_model_dir, tmp_path, zero):
+@pytest.mark.parametrize(
+    "zero,estimator", [(0, "grpo"), (1, "grpo"), (2, "grpo"), (3, "grpo"), (3, "ppo")]
+)
+def test_two_ranks_give_the_weights_of_one(tiny_model_dir, tmp_path, zero, estimator):
+    """Under ppo the critic's engine runs on the same ranks, and every rank draws the same
+    mini-batch order: the policy's weights must still match one rank's."""
     for ranks in (1, 2):
-        done = harness(tiny_model_dir, tmp_path / f"r{ranks}", ranks=ranks, zero=zero)
+        out = tmp_path / f"r{ranks}"
+        done = harness(tiny_model_dir, out, ranks=ranks, zero=zero, estimator=estimator)
         assert done.returncode == 0, done.stderr[-3000:]
     a, b, start = weights(tmp_path / "r1"), weights(tmp_path / "r2"), weights(tiny_model_dir)
     moved = max((a[k] - start[k]).abs().max().item() for k in a)

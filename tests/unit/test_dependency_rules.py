@@ -235,3 +235,20 @@ def test_client_modules_load_no_numpy():
         [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True
     )
     assert out.stdout.strip() == "False", "a client-side core module imports numpy"
+
+
+PURE_MATH = ("estimators", "importance", "kl_control", "ppo")
+
+
+def test_the_learners_pure_math_imports_no_engine_model_or_transport():
+    """The advantage, importance, KL and PPO math are pure tensor functions (DESIGN: pure math
+    with float64 twins): no DeepSpeed, no Hugging Face model, no gRPC/Redis, no service module
+    beyond the other pure-math ones."""
+    allowed = {f"services.learner.{m}" for m in PURE_MATH} | {"services.learner"}
+    for name in PURE_MATH:
+        path = ROOT / "services" / "learner" / f"{name}.py"
+        names = imported_names(path, f"services.learner.{name}")
+        tops = {n.split(".")[0] for n in names}
+        assert not tops & {"deepspeed", "transformers", "grpc", "redis", "vllm"}, (name, tops)
+        learner = {n for n in names if n.startswith("services.")}
+        assert learner <= allowed, (name, learner - allowed)
