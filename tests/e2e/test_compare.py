@@ -1,6 +1,6 @@
-"""A shortened `brorl compare` (configs/algorithms.yaml): PPO+GAE beside GRPO and a lagged,
-uncorrected arm, one seed, a few steps, through the real services; it must write results,
-the table and the plot, and the lagged arm's paths must be measurably stale."""
+"""A shortened `brorl compare` (configs/algorithms.yaml): PPO+GAE beside a lagged, uncorrected
+GRPO arm, one seed, a few steps, through the real services; it must write results, the table
+and the plot, and the lagged arm's paths must be measurably stale."""
 
 import json
 import subprocess
@@ -13,8 +13,7 @@ from brorl.apps.launcher import REPO_ROOT
 pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.redis]
 
 ARMS = (
-    "arms={grpo: {train: {estimator: grpo}}, "
-    "ppo_gae: {train: {estimator: ppo, ppo: {epochs: 2, minibatches: 2}}}, "
+    "arms={ppo_gae: {train: {estimator: ppo, ppo: {epochs: 2, minibatches: 2}}}, "
     "lag2_no_is: {async: {publish_lag: 2, max_staleness: 8}, train: {off_policy: none}}}"
 )
 
@@ -45,13 +44,15 @@ def test_short_compare_writes_table_and_plot(tmp_path):
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     report = json.loads((out / "results.json").read_text())
     runs = {r["arm"]: r for r in report["runs"]}
-    assert sorted(runs) == ["grpo", "lag2_no_is", "ppo_gae"]
+    assert sorted(runs) == ["lag2_no_is", "ppo_gae"]
     for r in runs.values():
         assert [p["step"] for p in r["curve"]] == [2, 4]
         assert 0.0 <= r["accuracy_final"] <= 1.0 and r["samples_per_s"] > 0
         assert 0.0 <= r["accuracy_equal_wall"] <= 1.0
-    # every path of the lagged arm after its first steps is at least 2 versions old
-    assert runs["lag2_no_is"]["staleness"] > runs["grpo"]["staleness"] + 0.5
+    # the lagged arm's paths are at least 2 versions old once 2 versions exist (steps 3, 4);
+    # steps 1, 2 can only have paths of version 0: staleness 0 and 1
+    assert runs["lag2_no_is"]["staleness"] >= (0 + 1 + 2 + 2) / 4
+    assert runs["lag2_no_is"]["staleness"] > runs["ppo_gae"]["staleness"]
     assert report["equal_wall_s"] == min(r["wall_s"] for r in runs.values())
     table = (out / "table.md").read_text()
     assert "| ppo_gae |" in table and "| lag2_no_is |" in table
