@@ -300,7 +300,10 @@ def main(argv: list[str] | None = None) -> int:
             module, prefix = passthrough
             return _passthrough(module, prefix + rest)
         # SIGTERM stops like Ctrl-C, so a launched cluster is torn down by its context manager.
+        # SIGINT too, even when started in the background by a shell without job control, which
+        # starts it with SIGINT ignored (and then Python installs no KeyboardInterrupt handler).
         signal.signal(signal.SIGTERM, _interrupt)
+        signal.signal(signal.SIGINT, signal.default_int_handler)
         return args.handler(args)
     except BrorlError as exc:
         print(f"error: {checks.one_line(exc)}", file=sys.stderr)

@@ -12,32 +12,40 @@ from brorl.apps.launcher import REPO_ROOT
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.redis]
 
-ARMS = (
-    "arms={ppo_gae: {train: {estimator: ppo, ppo: {epochs: 2, minibatches: 2}}}, "
-    "lag2_no_is: {async: {publish_lag: 2, max_staleness: 8}, train: {off_policy: none}}}"
-)
+CONFIG = """
+base: {demo}
+title: shortened comparison
+seeds: [0]
+steps: 4
+eval_points: 2
+eval_problems: 50
+train_problems: 500
+workers: 1
+warmstart: [--steps, 150, --eval-problems, 50]
+run:
+  sampling: {{n: 16}}
+  async: {{max_inflight_groups: 4}}
+arms:
+  ppo_gae: {{train: {{estimator: ppo, ppo: {{epochs: 2, minibatches: 2}}}}}}
+  lag2_no_is: {{async: {{publish_lag: 2, max_staleness: 8}}, train: {{off_policy: none}}}}
+"""
 
 
 def test_short_compare_writes_table_and_plot(tmp_path):
     out = tmp_path / "docs"
+    config = tmp_path / "compare.yaml"  # arms given in a file: overrides merge into the config's
+    config.write_text(CONFIG.format(demo=REPO_ROOT / "configs" / "demo.yaml"))
     cmd = [
         sys.executable,
         "-m",
         "brorl.apps.cli",
         "compare",
+        "--config",
+        str(config),
         "--workdir",
         str(tmp_path / "work"),
         "--base-port",
         "50660",
-        ARMS,
-        "seeds=[0]",
-        "steps=4",
-        "eval_problems=50",
-        "eval_points=2",
-        "train_problems=500",
-        "workers=1",
-        "run={sampling: {n: 16}, async: {max_inflight_groups: 4}}",
-        "warmstart=[--steps,150,--eval-problems,50]",
         f"out={out}",
     ]
     proc = subprocess.run(cmd, cwd=REPO_ROOT, capture_output=True, text=True, timeout=900)
