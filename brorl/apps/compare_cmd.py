@@ -163,13 +163,6 @@ def add_equal_wall(report: dict) -> None:
         r["accuracy_equal_wall"] = accuracy_at(r["curve"], budget, report["warmstart_accuracy"])
 
 
-def _agg(values: list[float], digits: int = 3) -> str:
-    mean = statistics.fmean(values)
-    if len(values) < 2:
-        return f"{mean:.{digits}f}"
-    return f"{mean:.{digits}f} ± {statistics.pstdev(values):.{digits}f}"
-
-
 def write_table(report: dict, path: Path) -> None:
     cfg, start = report["config"], report["warmstart_accuracy"]
     lines = [
@@ -186,13 +179,13 @@ def write_table(report: dict, path: Path) -> None:
         if not rows:
             continue
         lines.append(
-            f"| {arm} | {_agg([r['accuracy_final'] - start for r in rows])} | "
-            f"{_agg([r['accuracy_equal_wall'] - start for r in rows])} | "
-            f"{_agg([r['accuracy_final'] for r in rows])} | "
-            f"{_agg([r['samples_per_s'] for r in rows], 0)} | "
-            f"{_agg([r['update_s'] for r in rows], 2)} | "
-            f"{_agg([r['staleness'] for r in rows], 2)} | "
-            f"{_agg([r['wall_s'] for r in rows], 0)} |"
+            f"| {arm} | {recipe.mean_std([r['accuracy_final'] - start for r in rows])} | "
+            f"{recipe.mean_std([r['accuracy_equal_wall'] - start for r in rows])} | "
+            f"{recipe.mean_std([r['accuracy_final'] for r in rows])} | "
+            f"{recipe.mean_std([r['samples_per_s'] for r in rows], 0)} | "
+            f"{recipe.mean_std([r['update_s'] for r in rows], 2)} | "
+            f"{recipe.mean_std([r['staleness'] for r in rows], 2)} | "
+            f"{recipe.mean_std([r['wall_s'] for r in rows], 0)} |"
         )
     path.write_text("\n".join(lines) + "\n")
 

@@ -15,6 +15,7 @@ cluster and a RunConfig:
 from __future__ import annotations
 
 import json
+import statistics
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -254,3 +255,14 @@ def build_run_config(
 def run_config_yaml(run_cfg: RunConfig) -> str:
     """The text LearnerService.StartRun takes (``async`` under its YAML name)."""
     return yaml.safe_dump(json.loads(run_cfg.model_dump_json(by_alias=True)), sort_keys=False)
+
+
+def mean_std(values: list[float], digits: int = 3) -> str:
+    """A table cell of the commands' reports: "mean ± std" over seeds (the mean alone for one
+    value, "-" for none)."""
+    if not values:
+        return "-"
+    mean = statistics.fmean(values)
+    if len(values) < 2:
+        return f"{mean:.{digits}f}"
+    return f"{mean:.{digits}f} ± {statistics.pstdev(values):.{digits}f}"

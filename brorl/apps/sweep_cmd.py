@@ -179,13 +179,6 @@ def run_sweep(args) -> int:
     return 0
 
 
-def _agg(values: list[float]) -> str:
-    if not values:
-        return "-"
-    mean = statistics.fmean(values)
-    return f"{mean:.3f} ± {statistics.pstdev(values):.3f}" if len(values) > 1 else f"{mean:.3f}"
-
-
 def write_table(report: dict, path: Path) -> None:
     lines = [
         f"Warm-start held-out accuracy: {report['warmstart_accuracy']:.3f}. "
@@ -207,12 +200,12 @@ def write_table(report: dict, path: Path) -> None:
                 continue
             lines.append(
                 f"| {regime} | {n} | {rows[0]['steps']} | {rows[0]['generated']:.0f} | "
-                f"{_agg([r['accuracy_final'] for r in rows])} | "
-                f"{_agg([r['samples_per_s'] for r in rows])} | "
-                f"{_agg([r['grad_norm_mean'] for r in rows])} | "
-                f"{_agg([r['grad_norm_std'] for r in rows])} | "
-                f"{_agg([r['adv_std_mean'] for r in rows])} | "
-                f"{_agg([r['eur_mean'] for r in rows])} |"
+                f"{recipe.mean_std([r['accuracy_final'] for r in rows])} | "
+                f"{recipe.mean_std([r['samples_per_s'] for r in rows])} | "
+                f"{recipe.mean_std([r['grad_norm_mean'] for r in rows])} | "
+                f"{recipe.mean_std([r['grad_norm_std'] for r in rows])} | "
+                f"{recipe.mean_std([r['adv_std_mean'] for r in rows])} | "
+                f"{recipe.mean_std([r['eur_mean'] for r in rows])} |"
             )
     path.write_text("\n".join(lines) + "\n")
 

@@ -212,10 +212,9 @@ class Policy:
         kl = None
         if self.ref_model is not None and step_train.kl_in == "reward":
 
-            def kl(chunk):
-                with torch.autocast(self.device.type, torch.bfloat16, enabled=self.autocast):
-                    logp, _ = token_logprobs(self.engine, chunk)
-                    ref_logp, _ = token_logprobs(self.ref_model, chunk)
+            def kl(chunk):  # called under the autocast below
+                logp, _ = token_logprobs(self.engine, chunk)
+                ref_logp, _ = token_logprobs(self.ref_model, chunk)
                 return kl_estimate(logp.float(), ref_logp.float(), step_train.kl_estimator)
 
         with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.autocast):

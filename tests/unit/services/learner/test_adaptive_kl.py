@@ -34,15 +34,6 @@ PROMPTS = [[3, 4, 5], [4, 5, 6], [5, 6, 7], [6, 7, 8]]
 PATHS, TOKENS, GOOD = 16, 4, 7
 
 
-@pytest.fixture
-def one_thread():
-    """Tiny tensors on a shared 2-core machine: more threads only contend (30x slower here)."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
 def sample_groups(model, gen: torch.Generator) -> list[common_pb2.PathGroup]:
     """On-policy groups: completions sampled at temperature 1 with their log-probs."""
     groups = []

@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 
 import pytest
-import torch
 
 from brorl.runconfig import RunConfig
 from brorl.v1 import common_pb2
@@ -24,14 +23,6 @@ pytestmark = pytest.mark.slow
 CAPPED = -6.0  # a sampling log-prob far below the learner's (~ -3 at vocab 21): weight capped
 BELOW = -1.0  # far above it: weight ~ e^-2, under the cap
 
-
-@pytest.fixture
-def one_thread():
-    """Tiny tensors on a shared 2-core machine: more threads only contend."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
 
 
 def rollout(lag):

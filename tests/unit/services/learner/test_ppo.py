@@ -164,14 +164,6 @@ def test_ppo_refuses_tis():
         TrainConfig(estimator="ppo", off_policy="tis")
 
 
-@pytest.fixture
-def one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
 def test_reinforce_pp_normalises_reward_and_kl_penalty_together():
     """REINFORCE++ with the KL in the reward (critic.token_advantages with V = 0, gamma = lam = 1):
     A_it = whiten over the step of (R_i - mean_group R) - beta * sum_{t' >= t} k_it'."""
