@@ -197,8 +197,8 @@ def _check_hashes(step: Step, tensors: dict[str, np.ndarray]) -> None:
     want = step.serving["tensors"]
     if tensors.keys() != want.keys():
         raise ChainError(step.version, "tensor names differ from the manifest")
-    for name, bits in tensors.items():
-        if codec.tensor_sha256(bits) != want[name]["sha256"]:
+    for name, sha in codec.tensor_hashes(tensors).items():
+        if sha != want[name]["sha256"]:
             raise ChainError(step.version, f"tensor {name}: sha256 of the reconstruction differs")
 
 

@@ -18,9 +18,12 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import struct
 import zlib
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Callable, Iterable, TypeVar
 
 import numpy as np
 
@@ -34,10 +37,28 @@ _DELTA_MAGIC = b"BRDELTA1"
 # 0.015 vs 0.037 at 2 %).
 DENSE_ABOVE = 0.25
 _ZLIB_LEVEL = 1  # level 6 saves < 5 % more bytes at 2-4x the time (same measurement)
+# Threads for per-tensor work: sha256, zlib and numpy's element loops release the GIL, so
+# tensors are rounded, hashed and diffed side by side (docs/weights.md, "Measured").
+THREADS = max(1, min(4, len(os.sched_getaffinity(0))))
+_pool: ThreadPoolExecutor | None = None
+T = TypeVar("T")
+R = TypeVar("R")
 
 
 class CodecError(ValueError):
     """A keyframe or delta file that cannot be decoded (corrupt, truncated, wrong shapes)."""
+
+
+def parallel_map(fn: Callable[[T], R], items: Iterable[T]) -> list[R]:
+    """``[fn(x) for x in items]``, run on the codec's threads (in order; the first exception
+    is raised). For per-tensor work on whole states: hashing, rounding, encoding."""
+    global _pool
+    items = list(items)
+    if THREADS == 1 or len(items) < 2:
+        return [fn(x) for x in items]
+    if _pool is None:
+        _pool = ThreadPoolExecutor(THREADS, thread_name_prefix="weight-codec")
+    return list(_pool.map(fn, items))
 
 
 def bit_type(dtype: str):
@@ -55,9 +76,14 @@ def serving_bits(x: np.ndarray, dtype: str) -> np.ndarray:
         return u.copy()
     bit_type(dtype)
     # + 0x7FFF rounds half down, + 1 more when the kept lsb is odd: ties go to even. Finite
-    # inputs stay below 0xFF800000, so the uint32 sum cannot wrap.
-    rounded = u + (np.uint32(0x7FFF) + ((u >> np.uint32(16)) & np.uint32(1)))
-    return (rounded >> np.uint32(16)).astype(np.uint16)
+    # inputs stay below 0xFF800000, so the uint32 sum cannot wrap. In place on one temporary:
+    # a fresh array per operation costs more in page faults than the arithmetic.
+    rounded = u >> np.uint32(16)
+    rounded &= np.uint32(1)
+    rounded += np.uint32(0x7FFF)
+    rounded += u
+    rounded >>= np.uint32(16)
+    return rounded.astype(np.uint16)
 
 
 def bits_to_float32(bits: np.ndarray, dtype: str) -> np.ndarray:
@@ -72,6 +98,11 @@ def tensor_sha256(bits: np.ndarray) -> str:
     """sha256 of a tensor's serving-dtype bytes (little-endian, C order)."""
     little = np.ascontiguousarray(bits).astype(bits.dtype.newbyteorder("<"), copy=False)
     return hashlib.sha256(memoryview(little).cast("B")).hexdigest()
+
+
+def tensor_hashes(tensors: dict[str, np.ndarray]) -> dict[str, str]:
+    """``tensor_sha256`` of every tensor, on the codec's threads."""
+    return dict(zip(tensors, parallel_map(tensor_sha256, tensors.values())))
 
 
 # -- keyframes: standard safetensors files --------------------------------------------------
@@ -144,16 +175,19 @@ def encode_tensor(old: np.ndarray, new: np.ndarray) -> tuple[str, int, bytes] | 
     """(encoding, changed elements, compressed blob) of new vs old bits; None if equal."""
     if old.shape != new.shape or old.dtype != new.dtype:
         raise CodecError(f"shape/dtype changed: {old.shape} {old.dtype} -> {new.shape} {new.dtype}")
-    x = np.bitwise_xor(old.ravel(), new.ravel())  # (n,)
-    idx = np.flatnonzero(x)  # (c,)
+    old, new = old.ravel(), new.ravel()  # (n,)
+    # nonzero over a bool mask is ~2.5x faster than over the uint16 XOR itself
+    idx = np.flatnonzero(old != new)  # (c,)
     if idx.size == 0:
         return None
-    if idx.size > DENSE_ABOVE * x.size:
+    if idx.size > DENSE_ABOVE * old.size:
+        x = np.bitwise_xor(old, new)  # (n,)
         return "xor", int(idx.size), zlib.compress(_planes(x), _ZLIB_LEVEL)
-    if x.size > np.iinfo(np.uint32).max:
-        raise CodecError(f"tensor of {x.size} elements: sparse deltas index with uint32")
+    if old.size > np.iinfo(np.uint32).max:
+        raise CodecError(f"tensor of {old.size} elements: sparse deltas index with uint32")
     gaps = np.diff(idx, prepend=0).astype(np.uint32)  # (c,) first index, then distances >= 1
-    return "sparse", int(idx.size), zlib.compress(_planes(gaps) + _planes(x[idx]), _ZLIB_LEVEL)
+    x = np.bitwise_xor(old[idx], new[idx])  # (c,)
+    return "sparse", int(idx.size), zlib.compress(_planes(gaps) + _planes(x), _ZLIB_LEVEL)
 
 
 def decode_tensor(
@@ -191,12 +225,17 @@ def xor_into(bits: np.ndarray, values: np.ndarray, idx: np.ndarray | None) -> No
 
 def encode_delta(old: dict[str, np.ndarray], new: dict[str, np.ndarray]) -> tuple[bytes, int]:
     """The delta file's bytes taking ``old`` to ``new`` (same names and shapes), and the number
-    of elements that changed. Layout: magic, u64 header length, JSON header, blobs."""
+    of elements that changed."""
     if old.keys() != new.keys():
         raise CodecError(f"tensor names differ: {sorted(old.keys() ^ new.keys())[:5]}")
+    return delta_file(dict(zip(new, parallel_map(lambda n: encode_tensor(old[n], new[n]), new))))
+
+
+def delta_file(encoded: dict[str, tuple[str, int, bytes] | None]) -> tuple[bytes, int]:
+    """The delta file of per-tensor ``encode_tensor`` results (None: unchanged) and the number
+    of changed elements. Layout: magic, u64 header length, JSON header, blobs."""
     entries, blobs, offset, changed = {}, [], 0, 0
-    for name in new:
-        coded = encode_tensor(old[name], new[name])
+    for name, coded in encoded.items():
         if coded is None:
             continue
         enc, count, blob = coded

@@ -48,19 +48,28 @@ class WeightPublisher:
         """Write ``weights()`` (float32 arrays, HF names) as ``version`` and point the rollout
         workers at it (``point``: e.g. RunChannels.publish_weights)."""
         start = time.perf_counter()
-        bits = {n: codec.serving_bits(a, self.dtype) for n, a in weights().items()}
+        master = weights()
         last = self.last
         delta = (
             last is not None
             and last.version == version - 1
             and version - last.keyframe < self.keyframe_every
-            and last.bits.keys() == bits.keys()
-            and all(last.bits[n].shape == b.shape for n, b in bits.items())
+            and last.bits.keys() == master.keys()
+            and all(last.bits[n].shape == a.shape for n, a in master.items())
         )
+
+        def serve(name: str):
+            """One tensor's serving bits, their sha256 and (delta) their encoded change."""
+            bits = codec.serving_bits(master[name], self.dtype)
+            coded = codec.encode_tensor(last.bits[name], bits) if delta else None
+            return bits, codec.tensor_sha256(bits), coded
+
+        done = dict(zip(master, codec.parallel_map(serve, master)))  # tensor by tensor, threaded
+        bits = {n: b for n, (b, _, _) in done.items()}
         staging = self.store.staging_dir(version)
         changed = sum(b.size for b in bits.values())
         if delta:
-            payload, changed = codec.encode_delta(last.bits, bits)
+            payload, changed = codec.delta_file({n: c for n, (_, _, c) in done.items()})
             (staging / codec.DELTA_FILE).write_bytes(payload)
         else:
             codec.write_keyframe(staging / codec.KEYFRAME_FILE, bits, self.dtype)
@@ -72,8 +81,7 @@ class WeightPublisher:
             "elements": sum(b.size for b in bits.values()),
             "changed": changed,
             "tensors": {
-                n: {"sha256": codec.tensor_sha256(b), "shape": list(b.shape)}
-                for n, b in bits.items()
+                n: {"sha256": sha, "shape": list(b.shape)} for n, (b, sha, _) in done.items()
             },
         }
         pointer = self.store.commit(

@@ -153,6 +153,27 @@ def test_tensor_hash_covers_every_bit():
     assert codec.tensor_sha256(bits) == codec.tensor_sha256(bits.copy())
 
 
+def test_tensor_hashes_match_one_by_one_in_order():
+    rng = np.random.default_rng(5)
+    tensors = {f"t{i}": rng.integers(0, 2**16, s, dtype=np.uint16) for i, s in enumerate(SHAPES)}
+    hashes = codec.tensor_hashes(tensors)
+    assert list(hashes) == list(tensors)
+    assert hashes == {n: codec.tensor_sha256(b) for n, b in tensors.items()}
+
+
+def test_parallel_map_keeps_order_and_raises_the_first_error(monkeypatch):
+    monkeypatch.setattr(codec, "THREADS", 2)
+    assert codec.parallel_map(lambda x: x * x, range(50)) == [x * x for x in range(50)]
+
+    def fail_at_7(x):
+        if x == 7:
+            raise codec.CodecError("seven")
+        return x
+
+    with pytest.raises(codec.CodecError, match="seven"):
+        codec.parallel_map(fail_at_7, range(20))
+
+
 def test_corrupt_deltas_are_refused_before_anything_is_applied():
     old = {"a": np.zeros(300, dtype=np.uint16), "b": np.zeros((4, 5), dtype=np.uint16)}
     new = {"a": mutate(old["a"], 0.1, 2), "b": mutate(old["b"], 0.5, 3)}
