@@ -48,12 +48,7 @@ def add_arguments(p) -> None:
         recipe.CONFIGS / "algorithms.yaml",
         REPO_ROOT / ".cache" / "compare",
         "overrides, e.g. seeds=[0] steps=5",
-    )
-    p.add_argument(
-        "--base-port",
-        type=int,
-        default=50260,
-        help="reward: this port, learner: +1, rollout worker i: +10+i",
+        50260,
     )
 
 

@@ -113,11 +113,21 @@ class DemoInputs:
     accuracy: float  # the warm-start's held-out greedy exact-match accuracy
 
 
-def add_arguments(p, config: Path, workdir: Path, overrides_help: str) -> None:
-    """The arguments every recipe command takes; commands add their ports."""
+def add_arguments(
+    p, config: Path, workdir: Path, overrides_help: str, base_port: int | None = None
+) -> None:
+    """The arguments every recipe command takes, and ``--base-port`` (``base_port_layout``) for
+    the commands that give it (the demo names its ports one by one)."""
     p.add_argument("--config", default=str(config), help="settings (YAML)")
     p.add_argument("--workdir", default=str(workdir), help="cache, cluster logs and runs")
     p.add_argument("--redis-url", default="redis://127.0.0.1:6379/0")
+    if base_port is not None:
+        p.add_argument(
+            "--base-port",
+            type=int,
+            default=base_port,
+            help="reward: this port, learner: +1, rollout worker i: +10+i",
+        )
     p.add_argument("overrides", nargs="*", help=overrides_help)
 
 

@@ -80,12 +80,7 @@ def add_arguments(p) -> None:
         recipe.CONFIGS / "broaden.yaml",
         REPO_ROOT / ".cache" / "broaden",
         "study config overrides, e.g. seeds=[0] sample_budget=4096",
-    )
-    p.add_argument(
-        "--base-port",
-        type=int,
-        default=50260,
-        help="reward: this port, learner: +1, rollout worker i: +10+i",
+        50260,
     )
 
 

@@ -58,12 +58,7 @@ def add_arguments(p) -> None:
         recipe.CONFIGS / "sweep.yaml",
         REPO_ROOT / ".cache" / "sweep",
         "sweep config overrides, e.g. ns=[16,64] seeds=[0]",
-    )
-    p.add_argument(
-        "--base-port",
-        type=int,
-        default=50160,
-        help="reward: this port, learner: +1, rollout worker i: +10+i",
+        50160,
     )
 
 

@@ -128,6 +128,19 @@ def worker_samples(servicer: RolloutServicer) -> list[Sample]:
     ]
 
 
+ENGINE_CLOSE_WAIT_S = 5.0  # at shutdown: how long the engine's current call may finish (the
+# launcher gives a service 10 s after SIGTERM)
+
+
+def close_engine(engine, lock: threading.Lock, wait_s: float = ENGINE_CLOSE_WAIT_S) -> None:
+    """Close the engine under its lock and never give the lock back. Every engine call
+    (sampling, a weight apply) holds the lock, so the worker thread cannot call a closed engine
+    afterwards; a call still running after ``wait_s`` (a long wide group) is cut by the close."""
+    if not lock.acquire(timeout=wait_s):
+        log.warning("engine still busy after %.0f s; closing it anyway", wait_s)
+    engine.close()
+
+
 def serve(config: RolloutServiceConfig, engine=None) -> None:
     metrics = Metrics()
     server = rpc.Server(
@@ -171,7 +184,7 @@ def serve(config: RolloutServiceConfig, engine=None) -> None:
     def cleanup() -> None:
         stop.set()
         if servicer.engine is not None:
-            servicer.engine.close()
+            close_engine(servicer.engine, lock)
 
     rpc.serve_until_stopped(
         server, "rollout", config.port_file, prepare, cleanup, metrics_bind=config.metrics_bind
