@@ -5,7 +5,8 @@
   of every delta, and the fraction of elements whose bf16 bits changed;
 * latency: publish -> a rollout worker (WeightSync + the real vLLM engine) has applied the
   version and serves it, divided by a plain safetensors write + read of the same full bf16
-  bytes (torch ``save_file`` + ``load_file``) on this machine.
+  bytes (torch ``save_file`` + ``load_file``) on this machine; and ``floor_ratio``: the
+  rounding and the two sha256 passes the design requires, alone, in the same unit.
 
     python bench/weights.py [--steps 5] [--no-engine]
 
@@ -115,6 +116,33 @@ def plain_write_read_s(model, tmp: Path, repeats: int = 3) -> list[float]:
     return times
 
 
+def floor_s(model, repeats: int = 5) -> dict:
+    """The per-byte work the design cannot skip, timed on the whole bf16 state (best of
+    ``repeats``): rounding the fp32 master, one sha256 pass (one thread: the vLLM worker process
+    is pinned to one core; and on the codec's threads: the learner), as the learner runs them."""
+    from brorl import weight_codec as codec
+
+    master = weights_of(model)
+
+    def best(fn) -> float:
+        times = []
+        for _ in range(repeats):
+            start = time.perf_counter()
+            fn()
+            times.append(time.perf_counter() - start)
+        return min(times)
+
+    bits = {n: codec.serving_bits(a, "bf16") for n, a in master.items()}
+    return {
+        "round_bf16_threaded_s": best(
+            lambda: codec.parallel_map(lambda a: codec.serving_bits(a, "bf16"), master.values())
+        ),
+        "sha256_one_thread_s": best(lambda: [codec.tensor_sha256(b) for b in bits.values()]),
+        "sha256_threaded_s": best(lambda: codec.tensor_hashes(bits)),
+        "threads": codec.THREADS,
+    }
+
+
 def old_full_path_s(model, engine, tmp: Path, version: int) -> float:
     """The path this replaced: save_pretrained (fp32) + store commit + verify + reload."""
     from brorl.weights import WeightStore
@@ -167,6 +195,7 @@ def latency_run(model_dir: str, steps: int, tmp: Path, use_engine: bool) -> dict
                 }
             )
         plain = plain_write_read_s(model, tmp, repeats=5)
+        floor = floor_s(model)
         old = [old_full_path_s(model, engine, tmp, 100 + i) for i in range(3)] if engine else []
     finally:
         if engine is not None:
@@ -181,6 +210,15 @@ def latency_run(model_dir: str, steps: int, tmp: Path, use_engine: bool) -> dict
         "latency_ratio": min(deltas) / min(plain),
         "latency_ratio_median": statistics.median(deltas) / statistics.median(plain),
         "old_full_fp32_publish_to_serving_s": old,
+        # what the checks alone cost, in units of the plain write + read: the learner rounds and
+        # hashes (threaded), the engine hashes again (one core) before the model is loaded
+        "floor": floor,
+        "floor_ratio": (
+            floor["round_bf16_threaded_s"]
+            + floor["sha256_threaded_s"]
+            + floor["sha256_one_thread_s"]
+        )
+        / min(plain),
         "keyframe_publish_to_serving_s": rows[0]["total_s"],
         "rows": rows,
     }
