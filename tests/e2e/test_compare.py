@@ -3,8 +3,6 @@ GRPO arm, one seed, a few steps, through the real services; it must write result
 and the plot, and the lagged arm's paths must be measurably stale."""
 
 import json
-import subprocess
-import sys
 
 import pytest
 
@@ -31,25 +29,11 @@ arms:
 """
 
 
-def test_short_compare_writes_table_and_plot(tmp_path):
+def test_short_compare_writes_table_and_plot(tmp_path, recipe_command):
     out = tmp_path / "docs"
     config = tmp_path / "compare.yaml"  # arms given in a file: overrides merge into the config's
     config.write_text(CONFIG.format(demo=REPO_ROOT / "configs" / "demo.yaml"))
-    cmd = [
-        sys.executable,
-        "-m",
-        "brorl.apps.cli",
-        "compare",
-        "--config",
-        str(config),
-        "--workdir",
-        str(tmp_path / "work"),
-        "--base-port",
-        "50660",
-        f"out={out}",
-    ]
-    proc = subprocess.run(cmd, cwd=REPO_ROOT, capture_output=True, text=True, timeout=900)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    recipe_command(["compare", "--config", str(config)], 50660, f"out={out}")
     report = json.loads((out / "results.json").read_text())
     runs = {r["arm"]: r for r in report["runs"]}
     assert sorted(runs) == ["lag2_no_is", "ppo_gae"]

@@ -3,12 +3,9 @@ detect the (forced) plateau, run every continuation arm, and write results whose
 the stated number of points, the tables and the plots."""
 
 import json
-import subprocess
-import sys
 
 import pytest
 
-from brorl.apps.launcher import REPO_ROOT
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.redis]
 
@@ -19,11 +16,10 @@ EVAL_POINTS = 2
 WARMSTART = "[--steps,150,--eval-problems,50]"
 
 
-def test_short_broaden_study_writes_results_tables_and_plots(tmp_path):
+def test_short_broaden_study_writes_results_tables_and_plots(tmp_path, recipe_command):
     out = tmp_path / "docs"
-    cmd = [
-        sys.executable, "-m", "brorl.apps.cli", "study", "broaden",
-        "--workdir", str(tmp_path / "work"), "--base-port", "50660",
+    recipe_command(
+        ["study", "broaden"], 50660,
         "seeds=[0]", "small_n=8", "wide_n=16", "workers=1", "train_problems=500",
         f"warmstart={WARMSTART}", "eval_problems=50",
         # min gain 1.0 over a window of 1: the second evaluation (step 1) is a plateau
@@ -31,10 +27,7 @@ def test_short_broaden_study_writes_results_tables_and_plots(tmp_path):
         "sample_budget=1500", "wall_s=20", "budget_n=8", "budget_n_min=2", "budget_n_max=14",
         f"eval_points={EVAL_POINTS}", "probe_problems=8", "passk_problems=8", "passk_samples=8",
         "run.train.groups_per_step=2", "run.reward_fn=format", f"out={out}",
-    ]  # fmt: skip
-    proc = subprocess.run(cmd, cwd=REPO_ROOT, capture_output=True, text=True, timeout=900)
-    (tmp_path / "stdout.txt").write_text(proc.stdout)  # the command's progress lines, kept
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    )  # fmt: skip
     report = json.loads((out / "results.json").read_text())
     sat = report["saturation"]
     assert sat["plateau_reached"] and sat["step"] == 1 and len(sat["curve"]) == 1

@@ -2,40 +2,20 @@
 it must write results, the table and the plots."""
 
 import json
-import subprocess
-import sys
 
 import pytest
-
-from brorl.apps.launcher import REPO_ROOT
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.redis]
 
 
-def test_short_sweep_writes_table_and_plots(tmp_path):
+def test_short_sweep_writes_table_and_plots(tmp_path, recipe_command):
     out = tmp_path / "docs"
-    cmd = [
-        sys.executable,
-        "-m",
-        "brorl.apps.cli",
-        "sweep",
-        "--workdir",
-        str(tmp_path / "work"),
-        "--base-port",
-        "50560",
-        "ns=[16,64]",
-        "seeds=[0]",
-        "equal_steps=2",
-        "sample_budget=256",
-        "eval_problems=50",
-        "eval_points=1",
-        "train_problems=500",
-        "workers=1",
-        "warmstart=[--steps,150,--eval-problems,50]",
-        f"out={out}",
-    ]
-    proc = subprocess.run(cmd, cwd=REPO_ROOT, capture_output=True, text=True, timeout=900)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    recipe_command(
+        ["sweep"], 50560,
+        "ns=[16,64]", "seeds=[0]", "equal_steps=2", "sample_budget=256", "eval_problems=50",
+        "eval_points=1", "train_problems=500", "workers=1",
+        "warmstart=[--steps,150,--eval-problems,50]", f"out={out}",
+    )  # fmt: skip
     report = json.loads((out / "results.json").read_text())
     assert [(r["regime"], r["n"], r["steps"]) for r in report["runs"]] == [
         ("equal_steps", 16, 2),
