@@ -20,6 +20,7 @@ import hashlib
 import json
 import os
 import struct
+import threading
 import zlib
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -40,7 +41,9 @@ _ZLIB_LEVEL = 1  # level 6 saves < 5 % more bytes at 2-4x the time (same measure
 # Threads for per-tensor work: sha256, zlib and numpy's element loops release the GIL, so
 # tensors are rounded, hashed and diffed side by side (docs/weights.md, "Measured").
 THREADS = max(1, min(4, len(os.sched_getaffinity(0))))
+_POOL_NAME = "weight-codec"
 _pool: ThreadPoolExecutor | None = None
+_pool_lock = threading.Lock()
 T = TypeVar("T")
 R = TypeVar("R")
 
@@ -51,13 +54,16 @@ class CodecError(ValueError):
 
 def parallel_map(fn: Callable[[T], R], items: Iterable[T]) -> list[R]:
     """``[fn(x) for x in items]``, run on the codec's threads (in order; the first exception
-    is raised). For per-tensor work on whole states: hashing, rounding, encoding."""
+    is raised). For per-tensor work on whole states: hashing, rounding, encoding. A call from
+    one of those threads runs in that thread (waiting on the pool from inside it could wait
+    forever)."""
     global _pool
     items = list(items)
-    if THREADS == 1 or len(items) < 2:
+    if THREADS == 1 or len(items) < 2 or threading.current_thread().name.startswith(_POOL_NAME):
         return [fn(x) for x in items]
-    if _pool is None:
-        _pool = ThreadPoolExecutor(THREADS, thread_name_prefix="weight-codec")
+    with _pool_lock:
+        if _pool is None:
+            _pool = ThreadPoolExecutor(THREADS, thread_name_prefix=_POOL_NAME)
     return list(_pool.map(fn, items))
 
 

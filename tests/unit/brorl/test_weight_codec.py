@@ -172,6 +172,9 @@ def test_parallel_map_keeps_order_and_raises_the_first_error(monkeypatch):
 
     with pytest.raises(codec.CodecError, match="seven"):
         codec.parallel_map(fail_at_7, range(20))
+    # nested: every pool thread waiting on the pool would hang; inner calls run in place
+    nested = codec.parallel_map(lambda x: codec.parallel_map(lambda y: x * y, range(4)), range(8))
+    assert nested == [[x * y for y in range(4)] for x in range(8)]
 
 
 def test_corrupt_deltas_are_refused_before_anything_is_applied():
