@@ -97,9 +97,10 @@ def test_fanned_out_group_of_1024_is_reassembled_once_from_two_workers(cluster):
     assert len(updates) == 3
     assert all(u["learner/paths"] == 2 * 1024 for u in updates)  # two whole groups per step
     assert all(u.get("learner/duplicate_parts", 0) == 0 for u in updates)
-    assert any(u["rollout/workers_in_group"] == 2 for u in updates), (
-        updates
-    )  # parts sampled by both workers
+    # the mean over a step's groups of the workers that sampled each: above 1, some group was
+    # reassembled from both workers' parts (a worker still applying the step's new weights can
+    # miss the other part of a group, so not every group is split)
+    assert any(u["rollout/workers_in_group"] > 1 for u in updates), updates
 
 
 def test_adaptive_budget_sends_unequal_groups_that_arrive_whole_with_probe_metrics(cluster):
