@@ -24,6 +24,7 @@ import sys
 import tempfile
 import threading
 import time
+import timeit
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -125,12 +126,7 @@ def floor_s(model, repeats: int = 5) -> dict:
     master = weights_of(model)
 
     def best(fn) -> float:
-        times = []
-        for _ in range(repeats):
-            start = time.perf_counter()
-            fn()
-            times.append(time.perf_counter() - start)
-        return min(times)
+        return min(timeit.repeat(fn, number=1, repeat=repeats))
 
     bits = {n: codec.serving_bits(a, "bf16") for n, a in master.items()}
     return {
