@@ -1,0 +1,29 @@
+"""The string values of the contract's string fields, named once.
+
+protos/brorl/v1/ carries these values as plain strings (proto evolution is additive, so the
+fields stay strings); this module is the one place their spelling is written. Every service
+compares against these names, and tests/unit/test_owners.py fails when a second literal copy of
+one appears in source.
+"""
+
+from __future__ import annotations
+
+
+class RewardStatus:
+    """``Path.reward_status`` / ``ScoreResult.status``: how a reward (or the held-out verifier)
+    came out. ``""`` on a path means "not scored" (e.g. a verifier outside its sample)."""
+
+    OK = "ok"  # scored; the reward is meaningful
+    TIMEOUT = "timeout"  # the function ran out of its time limit; the reward is not used
+    ERROR = "error"  # the function failed on this item; the reward is not used
+    FILTERED = "filtered"  # a safety filter stage withheld it before scoring; never trained on
+
+    ALL = (OK, TIMEOUT, ERROR, FILTERED)
+    FAILED = (TIMEOUT, ERROR)  # left out of advantages (docs/reliability.md)
+
+
+class ConsumerGroup:
+    """The Redis Streams consumer groups: each stream is consumed by the service named here."""
+
+    ROLLOUT = "rollout"  # brorl:{run}:prompts, read by rollout workers
+    LEARNER = "learner"  # brorl:{run}:paths, read by the learner
