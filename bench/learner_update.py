@@ -33,7 +33,7 @@ RUNNER = r"""
 import json, os, random, sys, time
 import torch
 torch.set_num_threads(int(os.environ["BENCH_THREADS"]))
-from brorl.runconfig import TrainConfig
+from brorl.config.run import TrainConfig
 from brorl.v1 import common_pb2
 args = json.loads(sys.argv[1])
 rng = random.Random(0)
@@ -49,15 +49,15 @@ for g in range(args["groups"]):
     groups.append(group)
 train = TrainConfig(lr=2e-4, micro_batch_paths=args["micro_batch"])
 try:
-    from services.learner.policy import Policy
+    from services.learner.model.policy import Policy
     policy = Policy(args["model"], train)
     update = policy.update
-except ImportError:   # a revision before services/learner/policy.py: Trainer.update did the update
+except ImportError:   # a revision before the Policy class: Trainer.update did the update
     from collections import Counter
     from transformers import AutoModelForCausalLM
     from services.learner import strategy
     from services.learner.train import Trainer
-    from brorl.runconfig import RunConfig
+    from brorl.config.run import RunConfig
     t = object.__new__(Trainer)
     t.cfg = RunConfig.model_validate({"model": args["model"], "data": {"train_path": "-"},
                                       "train": train.model_dump()})

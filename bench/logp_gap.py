@@ -3,7 +3,7 @@
     python bench/logp_gap.py --model WARMSTART_DIR [--prompts 16] [--n 64] [--max-tokens 6]
 
 For each serving dtype (bf16, fp32) the sampler is the learner's fp32 weights as that dtype
-publishes them (brorl.weight_codec: bf16 rounds to nearest even; fp32 is exact). Paths are
+publishes them (brorl.weights.codec: bf16 rounds to nearest even; fp32 is exact). Paths are
 sampled at temperature 1 from the sampler (transformers), and ``logp_gap`` is the mean over
 sampled tokens of |log π_learner − log π_sampler| — the learner's ``learner/logp_gap`` at the
 version the paths came from, without vLLM's own numerical difference (tests/integration:
@@ -27,7 +27,7 @@ def served(model, dtype: str):
 
     import torch
 
-    from brorl import weight_codec as codec
+    from brorl.weights import codec
 
     out = copy.deepcopy(model)
     with torch.no_grad():

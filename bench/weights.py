@@ -54,7 +54,7 @@ def adam_steps(model_dir: str, lr: float, seed: int = 0):
 
 
 def weights_of(model):
-    """As services.learner.policy.Policy.weights: HF names, tied tensors once, fp32 numpy."""
+    """As services.learner.model.policy.Policy.weights: HF names, tied tensors once, fp32 numpy."""
     out, seen = {}, set()
     for name, t in model.state_dict().items():
         if t.data_ptr() not in seen:
@@ -64,7 +64,7 @@ def weights_of(model):
 
 
 def sizes_run(model_dir: str, lr: float, steps: int, root: Path) -> dict:
-    from brorl.weights import WeightStore
+    from brorl.weights.store import WeightStore
     from services.learner.publish import WeightPublisher
 
     model, step = adam_steps(model_dir, lr)
@@ -121,7 +121,7 @@ def floor_s(model, repeats: int = 5) -> dict:
     """The per-byte work the design cannot skip, timed on the whole bf16 state (best of
     ``repeats``): rounding the fp32 master, one sha256 pass (one thread: the vLLM worker process
     is pinned to one core; and on the codec's threads: the learner), as the learner runs them."""
-    from brorl import weight_codec as codec
+    from brorl.weights import codec
 
     master = weights_of(model)
 
@@ -141,7 +141,7 @@ def floor_s(model, repeats: int = 5) -> dict:
 
 def old_full_path_s(model, engine, tmp: Path, version: int) -> float:
     """The path this replaced: save_pretrained (fp32) + store commit + verify + reload."""
-    from brorl.weights import WeightStore
+    from brorl.weights.store import WeightStore
 
     store = WeightStore(tmp / "old")
     start = time.perf_counter()
@@ -154,7 +154,7 @@ def old_full_path_s(model, engine, tmp: Path, version: int) -> float:
 
 
 def latency_run(model_dir: str, steps: int, tmp: Path, use_engine: bool) -> dict:
-    from brorl.weights import WeightStore
+    from brorl.weights.store import WeightStore
     from services.learner.publish import WeightPublisher
     from services.rollout.weight_sync import WeightSync
     from tests.unit.services.rollout.test_weight_sync import StateEngine

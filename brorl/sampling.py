@@ -133,7 +133,7 @@ class JobPart:
 
 def job_parts(sampling_cfg, explore_cfg, step: int, n: int | None = None) -> list[JobPart]:
     """The prompt jobs of one group at learner ``step``, from a run config's ``sampling`` and
-    ``explore`` sections (``brorl.runconfig.SamplingConfig`` / ``ExploreConfig``). ``n``: the
+    ``explore`` sections (``brorl.config.run.SamplingConfig`` / ``ExploreConfig``). ``n``: the
     group's paths when a per-prompt budget sets them (``sampling.budget``), else ``sampling.n``;
     fan-out and the oversampling share follow the group's own n."""
     s, e = sampling_cfg, explore_cfg
@@ -172,7 +172,7 @@ def job_parts(sampling_cfg, explore_cfg, step: int, n: int | None = None) -> lis
 
 def eval_sampling(sampling_cfg) -> common_pb2.SamplingParams:
     """A held-out evaluation job's sampling: one greedy path, the run's length and stop strings
-    (``brorl.runconfig.SamplingConfig``)."""
+    (``brorl.config.run.SamplingConfig``)."""
     return common_pb2.SamplingParams(
         n=1,
         temperature=0.0,

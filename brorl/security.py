@@ -22,7 +22,7 @@ from pathlib import Path
 import grpc
 from pydantic import Field, PrivateAttr, model_validator
 
-from brorl.config import StrictModel
+from brorl.config.base import StrictModel
 from brorl.errors import Unauthenticated
 
 log = logging.getLogger(__name__)

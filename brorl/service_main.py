@@ -9,7 +9,7 @@ import signal
 import sys
 from typing import Callable, Sequence, TypeVar
 
-from brorl.config import dump, load_config
+from brorl.config.base import dump, load_config
 from brorl.errors import BrorlError
 
 C = TypeVar("C")

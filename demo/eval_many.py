@@ -23,8 +23,8 @@ def load_model(path: str, base_dir: str):
 
     if not (Path(path) / "manifest.json").is_file():
         return AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
-    from brorl import weight_codec
-    from brorl.weight_chain import reconstruct
+    from brorl.weights import codec as weight_codec
+    from brorl.weights.chain import reconstruct
 
     state = reconstruct(Path(path))
     model = AutoModelForCausalLM.from_pretrained(base_dir, dtype=torch.float32)

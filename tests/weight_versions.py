@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from brorl import weight_codec as codec
-from brorl.weights import WeightStore
+from brorl.weights import codec
+from brorl.weights.store import WeightStore
 from services.learner.publish import WeightPublisher
 
 SHAPES = {"model.embed_tokens.weight": (37, 16), "layer.w": (16, 48), "layer.b": (48,), "n": (5,)}

@@ -26,7 +26,7 @@ from brorl.apps import recipe
 from brorl.apps.launcher import REPO_ROOT, Cluster
 from brorl.apps.progress import run_to_end
 from brorl.client import LearnerClient
-from brorl.config import deep_merge
+from brorl.config.base import deep_merge
 
 
 class CompareConfig(recipe.RecipeConfig):

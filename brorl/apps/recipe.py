@@ -26,9 +26,9 @@ import yaml
 from pydantic import Field, field_validator
 
 from brorl.apps.launcher import REPO_ROOT, ClusterSpec
-from brorl.config import StrictModel, deep_merge, parse_overrides, parse_text, validate
+from brorl.config.base import StrictModel, deep_merge, parse_overrides, parse_text, validate
 from brorl.errors import InvalidArgument
-from brorl.runconfig import RunConfig
+from brorl.config.run import RunConfig
 
 CONFIGS = REPO_ROOT / "configs"
 

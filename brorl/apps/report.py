@@ -23,7 +23,7 @@ from pathlib import Path
 from brorl.apps.svg_chart import Points, fmt, line_chart
 
 METRICS, CONFIG = "metrics.jsonl", "config.yaml"  # written by the learner (runstate, server)
-SAMPLES = "samples.jsonl"  # services/learner/samples_log.py (apps import no service)
+SAMPLES = "samples.jsonl"  # services/learner/observe/samples_log.py (apps import no service)
 SUMMARY = "summary.json"  # the demo's before/after evaluation
 END_EVENTS = {"done", "stopped", "failed"}  # RunState.finish
 NOT_A_STEP = {"skipped_step"}  # rows whose update statistics belong to no completed step

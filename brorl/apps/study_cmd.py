@@ -6,7 +6,7 @@
    RL prompt set, and a probe set of held-out problems with known answers (demo/probe_data.py).
 2. Saturation: RL with N = ``small_n``; every ``eval_every`` steps the published weights are
    evaluated (held-out greedy accuracy) and the run stops when the curve has plateaued
-   (``brorl.plateau``: no gain above ``plateau_min_gain`` over ``plateau_window`` evaluations)
+   (``brorl.apps.plateau``: no gain above ``plateau_min_gain`` over ``plateau_window`` evaluations)
    or at ``saturate_max_steps``. The weights of the last evaluated step are the plateau policy.
 3. Continuation from the plateau policy (fresh optimizer state), for every seed:
    ``equal_samples``: N = small_n and N = wide_n, each until ``sample_budget`` paths were
@@ -30,8 +30,7 @@ from typing import Callable, Literal
 
 from pydantic import Field
 
-from brorl import plateau
-from brorl.apps import recipe, study_report
+from brorl.apps import plateau, recipe, study_report
 from brorl.apps.launcher import REPO_ROOT, Cluster
 from brorl.client import LearnerClient
 
@@ -175,7 +174,7 @@ def read_metrics(run_dir: Path) -> tuple[list[dict], float]:
 def plateau_model(version_dir: Path, warmstart: Path, out: Path) -> Path:
     """A model directory of a published weight version (a keyframe + delta chain) with the
     warm-start's config, tokenizer and task marker."""
-    from brorl.weight_chain import export_hf
+    from brorl.weights.chain import export_hf
 
     return export_hf(version_dir, warmstart, out)
 

@@ -30,7 +30,7 @@ const loaded = protoLoader.loadSync(["brorl/v1/learner.proto", "brorl/v1/rollout
 });
 const { LearnerService, RolloutService } = grpc.loadPackageDefinition(loaded).brorl.v1;
 
-// Metric events that end WatchRun's stream (services/learner/runstate.py).
+// Metric events that end WatchRun's stream (services/learner/observe/runstate.py).
 const FINAL_EVENTS = new Set(["done", "failed", "stopped"]);
 
 class UsageError extends Error {}

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 from pydantic import Field
 
-from brorl.config import StrictModel
+from brorl.config.base import StrictModel
 from brorl.rpc import metrics_bind_field
 from brorl.security import SecurityConfig
 

@@ -12,9 +12,9 @@ from typing import Callable
 
 import numpy as np
 
-from brorl import weight_codec as codec
+from brorl.weights import codec
 from brorl.v1 import common_pb2
-from brorl.weights import WeightStore
+from brorl.weights.store import WeightStore
 
 log = logging.getLogger(__name__)
 
@@ -30,7 +30,7 @@ class _Published:
 class WeightPublisher:
     """Publishes weight versions in the serving dtype: a keyframe every ``keyframe_every``
     versions (and whenever the previous version is not the one before), a delta of the bits
-    against the previous version otherwise (brorl.weight_codec; docs/weights.md). It keeps the
+    against the previous version otherwise (brorl.weights.codec; docs/weights.md). It keeps the
     last published bits to diff against: a restarted learner starts with a keyframe."""
 
     def __init__(self, store: WeightStore, serving_dtype: str = "bf16", keyframe_every: int = 10):

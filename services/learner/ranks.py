@@ -31,9 +31,9 @@ from pathlib import Path
 
 import torch
 
-from brorl.runconfig import parse_run_config
+from brorl.config.run import parse_run_config
 from brorl.v1 import common_pb2
-from services.learner import deepspeed_engine
+from services.learner.model import deepspeed_engine
 
 log = logging.getLogger(__name__)
 

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Iterable
 
 from brorl.errors import InvalidArgument, PermissionDenied
-from brorl.runconfig import RunConfig
+from brorl.config.run import RunConfig
 
 
 class ReadRoots:

@@ -19,18 +19,18 @@ import torch
 
 from brorl import queue as q
 from brorl import rpc
-from brorl.config import dump
+from brorl.config.base import dump
 from brorl.errors import FailedPrecondition, InvalidArgument, NotFound
 from brorl.metrics import Metrics
-from brorl.runconfig import parse_run_config
+from brorl.config.run import parse_run_config
 from brorl.v1 import learner_pb2, learner_pb2_grpc
-from brorl.weights import WeightStore
+from brorl.weights.store import WeightStore
 from services.learner.config import LearnerServiceConfig
-from services.learner.live_metrics import StepGauges, queue_samples
-from services.learner.prompts import load_prompts, load_run_prompts
+from services.learner.observe.live_metrics import StepGauges, queue_samples
+from services.learner.feed.prompts import load_prompts, load_run_prompts
 from services.learner.read_roots import ReadRoots
-from services.learner.runstate import RunState
-from services.learner.sinks import build_sinks, check_trackers
+from services.learner.observe.runstate import RunState
+from services.learner.observe.sinks import build_sinks, check_trackers
 from services.learner.train import Trainer
 
 log = logging.getLogger(__name__)
@@ -94,7 +94,7 @@ class LearnerServicer(learner_pb2_grpc.LearnerServiceServicer):
         self.read_roots.confine(cfg)  # before anything looks at the files
         if not Path(cfg.model).is_dir():
             raise InvalidArgument("model", f"directory {cfg.model} does not exist")
-        from services.learner.deepspeed_engine import check_optimizer
+        from services.learner.model.deepspeed_engine import check_optimizer
 
         refused = check_optimizer(cfg.train, self.config.zero_stage, torch.cuda.is_available())
         if refused:
@@ -204,7 +204,7 @@ class LearnerServicer(learner_pb2_grpc.LearnerServiceServicer):
 
 def make_policy(zero_stage: int):
     def make(cfg):
-        from services.learner.policy import Policy  # heavy: transformers, DeepSpeed
+        from services.learner.model.policy import Policy  # heavy: transformers, DeepSpeed
 
         return Policy(cfg.model, cfg.train, zero_stage)
 

@@ -28,19 +28,19 @@ import numpy as np
 import torch
 
 from brorl.queue import RunChannels, RunRegistry, retry_while_down
-from brorl.runconfig import RunConfig
-from brorl.weights import WeightStore
-from services.learner.dead_letters import DeadLetterWatch
-from services.learner.evaluation import HeldoutEval
-from services.learner.guard import RunGuard
-from services.learner.intake import GroupIntake
-from services.learner.jobfeed import JobFeed
-from services.learner.probe import ProbeMeter
-from services.learner.prompts import RunPrompts, load_run_prompts
+from brorl.config.run import RunConfig
+from brorl.weights.store import WeightStore
+from services.learner.intake.dead_letters import DeadLetterWatch
+from services.learner.feed.heldout import HeldoutEval
+from services.learner.guard.actions import RunGuard
+from services.learner.intake.collect import GroupIntake
+from services.learner.feed.jobfeed import JobFeed
+from services.learner.observe.probe import ProbeMeter
+from services.learner.feed.prompts import RunPrompts, load_run_prompts
 from services.learner.publish import WeightPublisher
-from services.learner.runstate import RunState
-from services.learner.seen_groups import SeenGroups
-from services.learner.step_metrics import RunCounters, step_metrics
+from services.learner.observe.runstate import RunState
+from services.learner.intake.seen_groups import SeenGroups
+from services.learner.observe.step_metrics import RunCounters, step_metrics
 
 log = logging.getLogger(__name__)
 
@@ -126,7 +126,7 @@ class Trainer:
                 }
             )
             self.state.step, self.state.weight_version = self.step, self.version
-            self.guard.check(metrics)  # alarms: warn, stop or roll back (services/learner/guard.py)
+            self.guard.check(metrics)  # alarms: warn, stop or roll back (guard/actions.py)
             self.state.emit(
                 metrics,
                 extra={

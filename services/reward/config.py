@@ -14,7 +14,7 @@ from typing import Annotated, Callable, Literal, NamedTuple, Union
 
 from pydantic import Field, field_validator, model_validator
 
-from brorl.config import StrictModel
+from brorl.config.base import StrictModel
 from brorl.rpc import metrics_bind_field
 from brorl.security import InferenceSecurityConfig
 from services.reward.pipeline_config import PipelineSpec, check_regexes

@@ -8,7 +8,7 @@ from typing import Literal
 
 from pydantic import Field, field_validator
 
-from brorl.config import StrictModel
+from brorl.config.base import StrictModel
 
 
 def check_regexes(patterns: list[str]) -> list[str]:

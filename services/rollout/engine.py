@@ -24,7 +24,7 @@ weight (embeddings and LM heads, tied or not) from the weight now in place. Fina
 prefix cache is reset: cached KV blocks were computed with the old weights.
 
 Published versions (keyframes and deltas, docs/weights.md) go through ``apply_weight_chain``:
-the worker process keeps the last reconstructed serving-dtype state (brorl.weight_chain),
+the worker process keeps the last reconstructed serving-dtype state (brorl.weights.chain),
 applies the verified versions to it, checks every tensor's sha256 and only then streams the
 whole state through the same in-place reload (bf16 values into an fp32 engine are exact).
 """
@@ -37,25 +37,17 @@ import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
-from brorl.weight_chain import ChainResult, Held, Step
+from brorl.weights.chain import ChainResult, Held, Step
 from services.rollout.phases import phase_seconds
-from services.rollout.weight_files import (
-    LAYERWISE_LOGGER,
-    FailedLayerFilter,
-    lm_head_is_tied,
-    safetensors_files,
-    safetensors_keys,
-    iter_safetensors,
-    serving_tensors,
-)
+from services.rollout.weight_files import safetensors_files, safetensors_keys
 
 logger = logging.getLogger(__name__)
 
 # Repository root: the spawned engine processes import ReloadExtension by module path.
 _REPO_ROOT = str(Path(__file__).resolve().parents[2])
-EXTENSION_CLS = f"{__name__}.ReloadExtension"
+# The code that runs inside vLLM's worker process (services/rollout/reload.py), named by path.
+EXTENSION_CLS = "services.rollout.reload.ReloadExtension"
 
 FINISH_REASONS = ("stop", "length")
 
@@ -68,122 +60,6 @@ class Sample:
     logprobs: list[float]  # sampling logprob of each token in token_ids (same length)
     text: str  # detokenized completion (special tokens skipped)
     finish_reason: str  # "stop" (EOS or stop string) | "length" (max_tokens reached)
-
-
-def _refresh_cpu_gemm_dispatch(model) -> int:
-    """Rebuild the CPU GEMM handle of every layer that still owns its weight.
-
-    ``dispatch_cpu_unquantized_gemm`` packs a layer's weight (or builds a oneDNN handle) once
-    after loading. Linear layers drop their weight afterwards (``remove_weight=True``) and are
-    re-dispatched by the in-place reload; embeddings / LM heads keep it
-    (``remove_weight=False``) and a tied ``lm_head`` is never re-processed, so its handle
-    still holds the old weight. Re-dispatching from the weight now in place fixes that.
-    Returns the number of layers refreshed.
-    """
-    import torch
-    from vllm.model_executor.layers.utils import dispatch_cpu_unquantized_gemm
-
-    refreshed = 0
-    for module in model.modules():
-        if not hasattr(module, "cpu_linear"):
-            continue
-        weight = getattr(module, "weight", None)
-        if not isinstance(weight, torch.Tensor) or weight.is_meta:
-            continue
-        if weight.ndim != 2 or weight.numel() == 0:
-            continue  # packed linear layers (weight removed) were re-dispatched by the reload
-        dispatch_cpu_unquantized_gemm(module, remove_weight=False)
-        refreshed += 1
-    return refreshed
-
-
-class ReloadExtension:
-    """Mixed into vLLM's worker class (``worker_extension_cls``); runs in the worker process."""
-
-    def brorl_reload_weights(self, weights_dir: str) -> dict[str, Any]:
-        files = safetensors_files(weights_dir)
-        from brorl.weight_chain import Held
-
-        self._brorl_loaded = Held()  # the model no longer holds the serving state's version
-        return self._brorl_reload(iter_safetensors(files), weights_dir)
-
-    def brorl_apply_chain(self, steps: list[dict], run_id: str, careful: bool) -> dict[str, Any]:
-        """Apply verified keyframe/delta versions to this worker's serving state
-        (brorl.weight_chain.ServingState, kept across calls), then load the result into the
-        model when it verified. Returns what the state and the model hold, and the error."""
-        from brorl.weight_chain import ChainError, Held, ServingState, Step
-
-        state = getattr(self, "_brorl_state", None)
-        if state is None:
-            state = self._brorl_state = ServingState()
-        start = time.perf_counter()
-        error = None
-        try:
-            state.apply_chain([Step(**s) for s in steps], run_id, careful)
-        except ChainError as exc:
-            error = {"version": exc.version, "reason": exc.reason}
-        applied_s = time.perf_counter() - start
-        loaded = getattr(self, "_brorl_loaded", Held())
-        stats: dict[str, Any] = {}
-        if state.held.version >= 0 and state.held != loaded:
-            source = f"serving state v{state.held.version}"
-            stats = self._brorl_reload(serving_tensors(state), source)
-            self._brorl_loaded = loaded = state.held
-        return {
-            "held": dataclasses.asdict(state.held),
-            "loaded": dataclasses.asdict(loaded),
-            "error": error,
-            "apply_seconds": applied_s,
-            **stats,
-        }
-
-    def _brorl_reload(self, tensors, source: str) -> dict[str, Any]:
-        """Stream (HF name, tensor) pairs through vLLM's in-place reload, then re-dispatch the
-        CPU GEMMs of layers that keep their weight (module docstring)."""
-        import torch
-        from vllm.platforms import current_platform
-
-        model = self.model_runner.get_model()
-        names: list[str] = []
-
-        def counted():
-            for name, tensor in tensors:
-                names.append(name)
-                yield name, tensor
-
-        watch = FailedLayerFilter(tied=lm_head_is_tied(model))
-        layer_logger = logging.getLogger(LAYERWISE_LOGGER)
-        old_level = layer_logger.level
-        if layer_logger.getEffectiveLevel() > logging.WARNING:
-            layer_logger.setLevel(logging.WARNING)  # the filter must see the warnings
-        layer_logger.addFilter(watch)
-        start = time.perf_counter()
-        try:
-            with torch.no_grad():
-                self.model_runner.reload_weights(weights_iterator=counted())
-                refreshed = 0
-                if current_platform.is_cpu():
-                    refreshed = _refresh_cpu_gemm_dispatch(model)
-        finally:
-            layer_logger.removeFilter(watch)
-            layer_logger.setLevel(old_level)
-        if watch.unexpected:
-            raise RuntimeError(
-                f"weights from {source} left layers without weights: {watch.unexpected} "
-                f"(tensors read: {len(names)}); the engine now holds a partial reload"
-            )
-        return {
-            "tensors": len(names),
-            "cpu_gemm_refreshed": refreshed,
-            "seconds": time.perf_counter() - start,
-        }
-
-    def brorl_weight_checksum(self) -> float:
-        """Sum of all parameters (a cheap fingerprint for debugging a reload)."""
-        import torch
-
-        with torch.no_grad():
-            return float(sum(p.double().sum() for p in self.model_runner.get_model().parameters()))
 
 
 def _prepare_process_env(kv_cache_gib: int, cpu_threads_bind: str = "auto") -> None:
@@ -357,7 +233,7 @@ class RolloutEngine:
         logger.info("weights v%d loaded from %s: %s", version, weights_dir, stats[0])
 
     def apply_weight_chain(self, steps: list[Step], run_id: str, careful: bool) -> ChainResult:
-        """Apply verified versions (brorl.weight_chain) to the engine's serving state in the
+        """Apply verified versions (brorl.weights.chain) to the engine's serving state in the
         worker process and serve the result; only small files cross processes (the paths)."""
         [out] = self._llm.collective_rpc(
             "brorl_apply_chain", args=([dataclasses.asdict(s) for s in steps], run_id, careful)

@@ -1,5 +1,5 @@
 """Weight sources of the rollout engine's in-place reload, without vLLM: the HF-named tensors
-of a directory of ``*.safetensors`` files or of a serving state (brorl.weight_chain), and the
+of a directory of ``*.safetensors`` files or of a serving state (brorl.weights.chain), and the
 filter that tells a complete reload from a partial one (services/rollout/engine.py)."""
 
 from __future__ import annotations

@@ -4,7 +4,7 @@
 
 1. fetch (a background thread): verify the pointer's version and plan its chain — the deltas
    after the version the engine holds, or the chain's keyframe and every delta after it
-   (brorl.weight_chain) — reading and hash-checking every file of it. A fetch still running
+   (brorl.weights.chain) — reading and hash-checking every file of it. A fetch still running
    after ``deadline_s`` is reported (log + ``rollout/weights_fetch_stalls``) and the worker
    goes on serving the version it has; the fetch is picked up when it ends.
 2. apply (under the engine lock): the engine applies the verified versions to its serving state,
@@ -29,8 +29,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from brorl.v1 import common_pb2
-from brorl.weights import MANIFEST
-from brorl.weight_chain import ChainError, Held, Step, plan_chain, read_step, verified_steps
+from brorl.weights.store import MANIFEST
+from brorl.weights.chain import ChainError, Held, Step, plan_chain, read_step, verified_steps
 
 log = logging.getLogger(__name__)
 

@@ -18,7 +18,7 @@ from google.protobuf.message import DecodeError
 from brorl import queue as q
 from brorl import rpc, sampling
 from brorl.v1 import common_pb2, reward_pb2
-from services.rollout.explore import select
+from services.rollout.explore.select import select
 from services.rollout.samples import to_paths
 from services.rollout.weight_sync import WeightSync
 

@@ -13,7 +13,7 @@ import grpc
 import pytest
 
 from brorl.apps.launcher import REPO_ROOT
-from brorl.config import validate
+from brorl.config.base import validate
 from brorl.rpc import Server
 from brorl.security import SecurityConfig
 from brorl.v1 import learner_pb2, learner_pb2_grpc

@@ -15,7 +15,7 @@ import pytest
 
 from brorl.apps.launcher import REPO_ROOT, Cluster, ClusterSpec
 from brorl.client import LearnerClient, RewardClient, RolloutClient
-from brorl.config import validate
+from brorl.config.base import validate
 from brorl.security import SecurityConfig
 from tests.certs import make_tls_files
 from tests.ports import free_ports

@@ -8,7 +8,7 @@ import pytest
 
 from brorl.apps.launcher import ServiceProc
 from brorl.client import LearnerClient
-from brorl.config import validate
+from brorl.config.base import validate
 from brorl.security import SecurityConfig
 from tests.certs import make_tls_files
 

@@ -22,7 +22,7 @@ import numpy as np
 import redis
 
 from brorl import queue as q
-from brorl.runconfig import RunConfig
+from brorl.config.run import RunConfig
 from brorl.v1 import common_pb2
 from tests.ports import free_ports
 
@@ -183,8 +183,8 @@ def write_prompts(path: Path, count: int = 50) -> Path:
 def run_learner(
     url: str, run_id: str, run_dir: Path, steps: int, resume: bool = False, **asynchrony
 ) -> JsonCheckpointPolicy:
-    from brorl.weights import WeightStore
-    from services.learner.runstate import RunState
+    from brorl.weights.store import WeightStore
+    from services.learner.observe.runstate import RunState
     from services.learner.train import Trainer
 
     run_dir.mkdir(parents=True, exist_ok=True)

@@ -52,7 +52,7 @@ def main(argv=None) -> int:
     import torch
 
     torch.set_num_threads(1)
-    from brorl.runconfig import RunConfig
+    from brorl.config.run import RunConfig
     from services.learner import ranks
     from services.learner.server import make_policy
 

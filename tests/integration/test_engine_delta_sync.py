@@ -15,8 +15,8 @@ import pytest
 pytest.importorskip("vllm")
 torch = pytest.importorskip("torch")
 
-from brorl import weight_codec as codec  # noqa: E402
-from brorl.weights import WeightStore  # noqa: E402
+from brorl.weights import codec  # noqa: E402
+from brorl.weights.store import WeightStore  # noqa: E402
 from services.learner.publish import WeightPublisher  # noqa: E402
 from services.rollout.weight_sync import WeightSync  # noqa: E402
 from tests.integration.test_weight_reload_parity import (  # noqa: E402

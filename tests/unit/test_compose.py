@@ -26,7 +26,7 @@ import yaml
 from pydantic import BaseModel
 
 from brorl.apps import launcher
-from brorl.config import env_overrides, load_config
+from brorl.config.base import env_overrides, load_config
 from services.learner.config import LearnerServiceConfig
 from services.reward.config import RewardServiceConfig
 from services.rollout.config import RolloutServiceConfig
@@ -205,7 +205,7 @@ def test_command_overrides_are_valid_config(services, compose_name):
 @pytest.mark.parametrize("compose_name", sorted(BRORL_SERVICES))
 def test_brorl_environment_is_valid_config(services, compose_name):
     """BRORL_* variables feed the config (below the command line): each must name a real field
-    (brorl.config drops unknown top-level keys silently, so a typo would go unnoticed)."""
+    (brorl.config.base drops unknown top-level keys silently, so a typo would go unnoticed)."""
     cls = CONFIGS[BRORL_SERVICES[compose_name]]
     env_spec = services[compose_name].get("environment", {})
     assert isinstance(env_spec, dict), "use the mapping form of environment:"

@@ -4,14 +4,14 @@ service and the reference docs are generated from these descriptions)."""
 import importlib
 from pathlib import Path
 
-from brorl.config import StrictModel
+from brorl.config.base import StrictModel
 
 ROOT = Path(__file__).resolve().parents[2]
 CONFIG_MODULES = [
-    "brorl.runconfig",
-    "brorl.monitor_config",
-    "brorl.sampling_config",
-    "brorl.run_logging",
+    "brorl.config.run",
+    "brorl.config.monitors",
+    "brorl.config.sampling",
+    "brorl.config.tracking",
     "brorl.security",
     "services.learner.config",
     "services.rollout.config",

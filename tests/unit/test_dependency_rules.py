@@ -1,10 +1,12 @@
-"""DESIGN.md §2: brorl imports no torch/vllm/deepspeed/triton, services never import each other,
-vllm only in services/rollout/engine.py, deepspeed only in services/learner/deepspeed_engine.py,
-triton only in kernels/, redis only in brorl/queue.py, brorl/streams.py and the apps,
-prometheus_client only in brorl/metrics.py (and a client of the core never loads it), wandb and
-mlflow only in services/learner/trackers.py, TensorBoard only in services/learner/sinks.py.
-Also: the core (brorl/ outside brorl/apps/) never imports the apps, services never import the
-demo package, and the imports inside brorl/ form no cycle.
+"""The dependency rules of docs/design.md ("Dependency rules"), one test each: brorl imports no
+torch/vllm/deepspeed/triton; services never import each other; vllm only in the rollout's
+engine.py (driver) and reload.py (inside vLLM's worker); deepspeed only in the learner's
+model/deepspeed_engine.py; triton only in kernels/; redis only in brorl/queue.py,
+brorl/streams.py and the apps; prometheus_client only in brorl/metrics.py (and a client of the
+core never loads it); wandb and mlflow only in observe/trackers.py, TensorBoard only in
+observe/sinks.py; the learner's algo/ is pure math. Also: the core (brorl/ outside brorl/apps/)
+never imports the apps, services never import the demo package, and no package has an import
+cycle.
 
 Every rule counts imports anywhere in a file, including those inside functions."""
 
@@ -91,13 +93,16 @@ def test_services_do_not_import_each_other():
                     assert parts[1] == svc, f"{path.relative_to(ROOT)} imports {name}"
 
 
+SINKS = "services/learner/observe/sinks.py"
+
+
 def test_framework_imports_stay_in_their_module():
     owners = {
-        "vllm": {"services/rollout/engine.py"},
-        "deepspeed": {"services/learner/deepspeed_engine.py"},
+        "vllm": {"services/rollout/engine.py", "services/rollout/reload.py"},
+        "deepspeed": {"services/learner/model/deepspeed_engine.py"},
         "prometheus_client": {"brorl/metrics.py"},
-        "wandb": {"services/learner/trackers.py"},
-        "mlflow": {"services/learner/trackers.py"},
+        "wandb": {"services/learner/observe/trackers.py"},
+        "mlflow": {"services/learner/observe/trackers.py"},
         "tensorboard": set(),  # written through torch.utils.tensorboard, in sinks.py only
     }
     for path in ROOT.glob("**/*.py"):
@@ -111,7 +116,7 @@ def test_framework_imports_stay_in_their_module():
         if "triton" in roots:
             assert rel.startswith("kernels/"), f"{rel} imports triton; only kernels/ may"
         if any(n.startswith("torch.utils.tensorboard") for n in imports_of(path)):
-            assert rel == "services/learner/sinks.py", f"{rel} imports torch.utils.tensorboard"
+            assert rel == SINKS, f"{rel} imports torch.utils.tensorboard"
 
 
 def test_a_client_of_the_core_loads_no_prometheus_client():
@@ -119,7 +124,7 @@ def test_a_client_of_the_core_loads_no_prometheus_client():
     imports (brorl.rpc only names it for type checking)."""
     code = (
         "import sys\n"
-        "import brorl.client, brorl.rpc, brorl.runconfig, brorl.queue, brorl.apps.cli\n"
+        "import brorl.client, brorl.rpc, brorl.config.run, brorl.queue, brorl.apps.cli\n"
         "print('prometheus_client' in sys.modules)"
     )
     out = subprocess.run(
@@ -180,7 +185,7 @@ def test_find_cycle_reports_the_path():
 
 def test_no_import_cycle_in_brorl():
     graph = core_import_graph()
-    assert {"brorl.apps.cli", "brorl.apps.recipe", "brorl.config"} <= set(
+    assert {"brorl.apps.cli", "brorl.apps.recipe", "brorl.config.base"} <= set(
         graph
     )  # the graph sees the tree
     assert (
@@ -224,11 +229,11 @@ def test_only_the_queue_layer_holds_a_redis_client():
 
 
 def test_client_modules_load_no_numpy():
-    """numpy is for the weight codec (brorl/weight_codec.py, brorl/weight_chain.py), which the
+    """numpy is for the weight codec (brorl/weights/codec.py, brorl/weights/chain.py), which the
     learner, the rollout engine and the demo import; a client of the services needs none."""
     code = (
         "import sys\n"
-        "import brorl.client, brorl.queue, brorl.streams, brorl.weights, brorl.runconfig\n"
+        "import brorl.client, brorl.queue, brorl.streams, brorl.weights.store, brorl.config.run\n"
         "print('numpy' in sys.modules)"
     )
     out = subprocess.run(
@@ -237,18 +242,22 @@ def test_client_modules_load_no_numpy():
     assert out.stdout.strip() == "False", "a client-side core module imports numpy"
 
 
-PURE_MATH = ("estimators", "importance", "kl_control", "ppo")
-
-
 def test_the_learners_pure_math_imports_no_engine_model_or_transport():
-    """The advantage, importance, KL and PPO math are pure tensor functions (DESIGN: pure math
-    with float64 twins): no DeepSpeed, no Hugging Face model, no gRPC/Redis, no service module
-    beyond the other pure-math ones."""
-    allowed = {f"services.learner.{m}" for m in PURE_MATH} | {"services.learner"}
-    for name in PURE_MATH:
-        path = ROOT / "services" / "learner" / f"{name}.py"
-        names = imported_names(path, f"services.learner.{name}")
+    """services/learner/algo/ (advantages, GAE, importance ratios, KL control, the surrogate
+    loss) holds pure tensor functions with float64 twins: no DeepSpeed, no Hugging Face model,
+    no gRPC/Redis, no learner module outside algo/ (kernels are allowed: they are pure too)."""
+    algo = sorted((ROOT / "services" / "learner" / "algo").glob("*.py"))
+    assert len(algo) >= 5, algo  # the folder is where the test looks
+    for path in algo:
+        mod = module_name(path)
+        names = imported_names(path, mod)
         tops = {n.split(".")[0] for n in names}
-        assert not tops & {"deepspeed", "transformers", "grpc", "redis", "vllm"}, (name, tops)
-        learner = {n for n in names if n.startswith("services.")}
-        assert learner <= allowed, (name, learner - allowed)
+        assert not tops & {"deepspeed", "transformers", "grpc", "redis", "vllm"}, (mod, tops)
+        outside = {
+            n
+            for n in names
+            if n.startswith("services.")
+            and not n.startswith("services.learner.algo")
+            and n != "services.learner"
+        }
+        assert not outside, (mod, outside)

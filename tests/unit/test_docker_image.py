@@ -132,7 +132,7 @@ def test_healthcheck_script_follows_the_health_service():
 
 
 def test_healthcheck_script_checks_a_tls_server_with_the_services_ca(tmp_path, monkeypatch):
-    from brorl.config import validate
+    from brorl.config.base import validate
     from brorl.rpc import Server
     from brorl.security import SecurityConfig
     from tests.certs import make_tls_files

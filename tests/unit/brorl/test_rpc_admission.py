@@ -10,7 +10,7 @@ import grpc
 import pytest
 
 from brorl import rpc
-from brorl.config import validate
+from brorl.config.base import validate
 from services.learner.config import LearnerServiceConfig
 from services.reward.config import RewardServiceConfig
 from services.reward.server import build_server

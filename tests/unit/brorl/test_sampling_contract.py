@@ -13,11 +13,11 @@ from dataclasses import dataclass
 import pytest
 
 from brorl import sampling
-from brorl.runconfig import RunConfig
+from brorl.config.run import RunConfig
 from brorl.v1 import common_pb2, reward_pb2
-from services.learner.batch import advantages_of, build_batches
-from services.learner.jobfeed import JobFeed
-from services.learner.prompts import Prompt, resolve_model_defaults
+from services.learner.model.batch import advantages_of, build_batches
+from services.learner.feed.jobfeed import JobFeed
+from services.learner.feed.prompts import Prompt, resolve_model_defaults
 from services.rollout.worker import RolloutWorker
 from tests.memory_queue import MemoryChannels, MemoryRegistry
 
@@ -206,7 +206,7 @@ class RecordingReward(AlternatingReward):
 def test_extra_fields_reach_the_reward_function_and_eval_jobs_come_back_marked():
     """JobFeed and HeldoutEval jobs through the real worker: a prompt's extra data fields are in
     every ScoreRequest and on the group; an evaluation job's group is marked eval."""
-    from services.learner.evaluation import HeldoutEval
+    from services.learner.feed.heldout import HeldoutEval
 
     cfg = RunConfig.model_validate(
         {"model": "m", "data": {"train_path": "x"}, "sampling": {"n": 2}, "eval_every": 1}

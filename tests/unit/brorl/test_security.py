@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from brorl.config import dump, load_config, validate
+from brorl.config.base import dump, load_config, validate
 from brorl.errors import InvalidArgument
 from brorl.security import InferenceSecurityConfig, SecurityConfig
 from services.learner.config import LearnerServiceConfig

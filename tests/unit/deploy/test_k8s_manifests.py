@@ -25,7 +25,7 @@ import yaml
 
 from brorl import queue
 from brorl.apps import launcher
-from brorl.config import env_overrides, load_config
+from brorl.config.base import env_overrides, load_config
 from services.learner.config import LearnerServiceConfig
 from services.reward.config import RewardServiceConfig
 from services.rollout.config import RolloutServiceConfig
@@ -276,7 +276,7 @@ def test_learner_and_rollout_share_the_weight_store(overlay):
     assert rollout["/data"]["volume"]["persistentVolumeClaim"]["claimName"] == claim
     assert "ReadWriteMany" in one(objects, "PersistentVolumeClaim", claim)["spec"]["accessModes"]
     assert not learner["/data"].get("readOnly") and rollout["/data"]["readOnly"]
-    # Weight pointers carry absolute paths under the learner's runs_dir (brorl/weights.py).
+    # Weight pointers carry absolute paths under the learner's runs_dir (brorl/weights/store.py).
     learner_args = split_command(by_name["learner"][1]["command"])[1]
     assert PurePosixPath(learner_args["runs_dir"]).is_relative_to("/data")
     # The initial policy: one directory of the volume, read-only at /model in both.

@@ -10,10 +10,10 @@ import uuid
 import pytest
 
 from brorl import rpc
-from brorl.config import validate
+from brorl.config.base import validate
 from brorl.queue import RunChannels, connect
 from brorl.v1 import reward_pb2, reward_pb2_grpc
-from services.learner.live_metrics import queue_samples
+from services.learner.observe.live_metrics import queue_samples
 from services.reward.config import RewardServiceConfig
 from services.reward.server import build_server
 from services.rollout.server import worker_samples

@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from brorl.apps.launcher import ClusterSpec, read_roots, security_overrides
-from brorl.config import load_config, validate
+from brorl.config.base import load_config, validate
 from brorl.security import SecurityConfig
 from services.learner.config import LearnerServiceConfig
 from services.reward.config import RewardServiceConfig

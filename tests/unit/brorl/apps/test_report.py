@@ -23,10 +23,10 @@ from PIL import Image
 
 from brorl.apps import report
 from brorl.apps.svg_chart import nice_ticks
-from brorl.config import dump
-from brorl.runconfig import RunConfig
+from brorl.config.base import dump
+from brorl.config.run import RunConfig
 from brorl.v1 import common_pb2
-from services.learner.samples_log import MAX_CHARS, choose_samples, write_samples
+from services.learner.observe.samples_log import MAX_CHARS, choose_samples, write_samples
 from tests import chromium
 
 REPO = Path(__file__).resolve().parents[4]

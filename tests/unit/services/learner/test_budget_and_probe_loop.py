@@ -7,7 +7,7 @@ import json
 import pytest
 import torch
 
-from services.learner.probe import ProbeMeter, answer_logprobs
+from services.learner.observe.probe import ProbeMeter, answer_logprobs
 from tests.unit.services.learner.test_trainer_loop import (
     RecordingPolicy,
     fake_rollout,
@@ -84,9 +84,9 @@ def test_pass_rate_counts_are_checkpointed(tmp_path):
 
 
 def test_a_resumed_feed_keeps_pass_rates_and_allocated_blocks(tmp_path):
-    from brorl.runconfig import RunConfig
-    from services.learner.jobfeed import JobFeed
-    from services.learner.prompts import Prompt
+    from brorl.config.run import RunConfig
+    from services.learner.feed.jobfeed import JobFeed
+    from services.learner.feed.prompts import Prompt
     from tests.memory_queue import MemoryChannels
 
     cfg = RunConfig.model_validate(

@@ -8,14 +8,14 @@ from __future__ import annotations
 import grpc
 import pytest
 import yaml
-from hypothesis import given
 from hypothesis import strategies as st
+from hypothesis import given
 
 from brorl import rpc
-from brorl.config import validate
+from brorl.config.base import validate
 from brorl.v1 import learner_pb2, learner_pb2_grpc
 from services.learner.config import LearnerServiceConfig
-from services.learner.runstate import RunState
+from services.learner.observe.runstate import RunState
 from services.learner.server import SERVICE_NAME, LearnerServicer
 from tests import fuzz_rpc as f
 

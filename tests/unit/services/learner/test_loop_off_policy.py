@@ -9,11 +9,11 @@ import json
 
 import pytest
 
-from brorl.runconfig import RunConfig
+from brorl.config.run import RunConfig
 from brorl.v1 import common_pb2
-from brorl.weights import WeightStore
-from services.learner.kl_control import adaptive_coef
-from services.learner.runstate import RunState
+from brorl.weights.store import WeightStore
+from services.learner.algo.kl_control import adaptive_coef
+from services.learner.observe.runstate import RunState
 from services.learner.train import Trainer
 from tests.memory_queue import MemoryChannels, MemoryRegistry
 from tests.unit.services.learner.tiny_model import tiny_qwen2
@@ -79,7 +79,7 @@ def config(tmp_path, steps: int, **train) -> RunConfig:
 
 
 def run(tmp_path, cfg: RunConfig, channels: MemoryChannels, resume: bool = False) -> list[dict]:
-    from services.learner.policy import Policy
+    from services.learner.model.policy import Policy
 
     if not (tmp_path / "model").exists():
         tiny_qwen2().save_pretrained(tmp_path / "model")

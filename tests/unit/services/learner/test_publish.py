@@ -7,7 +7,7 @@ from pathlib import Path
 
 import numpy as np
 
-from brorl.weights import WeightStore
+from brorl.weights.store import WeightStore
 from services.learner.publish import WeightPublisher
 
 

@@ -12,7 +12,7 @@ import grpc
 import pytest
 
 from brorl import rpc
-from brorl.config import validate
+from brorl.config.base import validate
 from brorl.v1 import learner_pb2, learner_pb2_grpc
 from services.learner.config import LearnerServiceConfig
 from services.learner.server import SERVICE_NAME, LearnerServicer

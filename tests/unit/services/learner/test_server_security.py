@@ -14,11 +14,11 @@ from grpc_reflection.v1alpha.proto_reflection_descriptor_database import (
 
 from brorl import rpc
 from brorl.client import LearnerClient
-from brorl.config import validate
+from brorl.config.base import validate
 from brorl.security import SecurityConfig
 from brorl.v1 import learner_pb2, learner_pb2_grpc
 from services.learner.config import LearnerServiceConfig
-from services.learner.runstate import RunState
+from services.learner.observe.runstate import RunState
 from services.learner.server import SERVICE_NAME, LearnerServicer
 from tests.certs import make_tls_files
 

@@ -9,16 +9,16 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from brorl.runconfig import RunConfig
+from brorl.config.run import RunConfig
 from brorl.v1 import common_pb2
-from brorl.weights import WeightStore
-from services.learner.runstate import RunState
+from brorl.weights.store import WeightStore
+from services.learner.observe.runstate import RunState
 from services.learner.train import Trainer
 from tests.memory_queue import MemoryChannels, MemoryRegistry
 
 
 class RecordingPolicy:
-    """Stands in for services.learner.policy.Policy: records each update's groups."""
+    """Stands in for services.learner.model.policy.Policy: records each update's groups."""
 
     def __init__(self):
         self.updates: list[list[common_pb2.PathGroup]] = []

@@ -6,11 +6,11 @@ from __future__ import annotations
 
 import grpc
 import pytest
-from hypothesis import given
 from hypothesis import strategies as st
+from hypothesis import given
 
 from brorl import rpc
-from brorl.config import validate
+from brorl.config.base import validate
 from brorl.v1 import reward_pb2, reward_pb2_grpc
 from services.reward.config import BUILTIN_FUNCTIONS, RewardServiceConfig
 from services.reward.server import SERVICE_NAME, build_server

@@ -1,6 +1,6 @@
 import pytest
 
-from brorl.config import load_config, validate
+from brorl.config.base import load_config, validate
 from brorl.errors import InvalidArgument
 from services.reward.config import DEFAULT_FUNCTIONS, RewardServiceConfig
 from services.reward.registry import build_registry, default_registry

@@ -9,7 +9,7 @@ import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from brorl import rpc
-from brorl.config import validate
+from brorl.config.base import validate
 from brorl.security import SecurityConfig
 from brorl.v1 import reward_pb2, reward_pb2_grpc
 from services.reward.config import RewardServiceConfig

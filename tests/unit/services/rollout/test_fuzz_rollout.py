@@ -10,11 +10,11 @@ from types import SimpleNamespace
 
 import grpc
 import pytest
-from hypothesis import given
 from hypothesis import strategies as st
+from hypothesis import given
 
 from brorl import rpc
-from brorl.config import validate
+from brorl.config.base import validate
 from brorl.v1 import common_pb2, rollout_pb2, rollout_pb2_grpc
 from services.rollout.config import RolloutServiceConfig
 from services.rollout.server import SERVICE_NAME, RolloutServicer

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import numpy as np
 
-from brorl import weight_codec as codec
-from brorl.weight_chain import ChainError, ChainResult, Held, ServingState
+from brorl.weights import codec
+from brorl.weights.chain import ChainError, ChainResult, Held, ServingState
 from services.rollout.weight_sync import WeightSync
 from tests.waiting import wait_until
 from tests.weight_versions import VersionRun

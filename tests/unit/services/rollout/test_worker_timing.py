@@ -6,7 +6,7 @@ import threading
 import time
 
 from brorl.v1 import common_pb2
-from brorl.weights import WeightStore
+from brorl.weights.store import WeightStore
 from tests.memory_queue import MemoryChannels, MemoryRegistry
 from tests.unit.brorl.test_sampling_contract import AlternatingReward, RecordingEngine
 from services.rollout.worker import RolloutWorker

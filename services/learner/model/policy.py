@@ -1,0 +1,306 @@
+"""The policy being trained: the model in its DeepSpeed engine, the optional frozen reference
+model, and the one update a step makes from scored groups (pure math in batch.py/losses.py)."""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from collections import Counter
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from brorl.config.run import TrainConfig
+from services.learner.model import deepspeed_engine
+from services.learner.algo import advantages as estimators
+from services.learner.algo import ppo
+from services.learner.model.critic import Critic, token_advantages
+from kernels import kl_estimate
+from services.learner.model.batch import (
+    advantages_of,
+    at_least_two_positions,
+    build_batches,
+    max_tokens_of,
+    rank_share,
+)
+from services.learner.algo.kl_control import KLController
+from services.learner.model.losses import policy_loss, token_logprobs
+from services.learner.publish import export_final
+
+log = logging.getLogger(__name__)
+
+
+class PhaseClock:
+    """Seconds spent per named phase, lap by lap (the step's time breakdown in metrics)."""
+
+    def __init__(self):
+        self.seconds: Counter = Counter()
+        self._last = time.perf_counter()
+
+    def lap(self, phase: str) -> None:
+        now = time.perf_counter()
+        self.seconds[phase] += now - self._last
+        self._last = now
+
+
+class Policy:
+    def __init__(self, model_dir: str, train: TrainConfig, zero_stage: int = 0):
+        from transformers import AutoModelForCausalLM
+
+        torch.manual_seed(train.seed)
+        self.model_dir, self.train = model_dir, train
+        # On CPU the eager attention beats SDPA's kernels at the few-token lengths RL paths
+        # have here (docs/performance.md); on CUDA SDPA is the faster one.
+        attention = "sdpa" if torch.cuda.is_available() else "eager"
+        model = AutoModelForCausalLM.from_pretrained(
+            model_dir, dtype=torch.float32, attn_implementation=attention
+        )
+        # padding positions are masked out; any in-vocabulary id does
+        ids = (model.config.pad_token_id, model.config.eos_token_id)
+        self.pad_id = next((i for i in ids if isinstance(i, int)), 0)
+        # The reference is loaded once, only when the KL has a weight, and serves the KL term
+        # (kl_in loss or reward) and its metrics alike.
+        self.ref_model = None
+        if train.kl_coef > 0:
+            self._load_reference()
+        self.engine = deepspeed_engine.build_engine(model, train, zero_stage)
+        # Batches, the reference model and every loss tensor live on the engine's device; on
+        # CUDA the forward runs under bf16 autocast (fp32 master weights and loss math).
+        self.device = self.engine.device
+        self.autocast = self.device.type == "cuda"
+        if self.ref_model is not None:
+            self.ref_model.to(self.device)
+        self.kl = KLController(train)
+        self.rank, self.world = deepspeed_engine.rank_and_world()
+        self.updates = 0  # updates made by this process (seeds PPO's mini-batch order)
+        # PPO's value model, in its own engine on the same ranks (critic.py)
+        self.critic = Critic(model_dir, train, zero_stage) if train.estimator == "ppo" else None
+
+    @property
+    def model(self):
+        return self.engine.module
+
+    def update(self, groups) -> dict[str, float]:
+        """One update from ``groups``: one optimizer step (PPO: epochs × mini-batches of them)
+        over chunks (batch.build_batches) whose gradients accumulate to the token mean over
+        the step or mini-batch (dr_grpo: the token sum over paths × max_tokens,
+        estimators.loss_denominator); returns learner/* statistics."""
+        train = self.train
+        clock = PhaseClock()
+        coef = self.kl.coef  # this step's KL coefficient (kl_control)
+        step_train = train if coef == train.kl_coef else train.model_copy(update={"kl_coef": coef})
+        same_calls = self.world > 1 and self.engine.zero_optimization_stage() == 3
+        sums: Counter = Counter()
+        if not self._token_level(step_train):
+            advantages = advantages_of(groups, train.normalize_std, train.estimator, self.device)
+            chunks = build_batches(groups, advantages, self.pad_id, train.micro_batch_paths)
+            adv = torch.cat(advantages) if advantages else torch.zeros(0)
+        else:  # per-token advantages from a pre-pass (ppo; reinforce_pp with the KL in the reward)
+            chunks, prepared = self._token_chunks(groups, step_train, same_calls)
+            sums.update(prepared)
+            adv = torch.cat([c.advantages[c.loss_mask != 0] for c in chunks] or [torch.zeros(0)])
+        parts = [list(range(len(chunks)))]
+        if self.critic is not None:
+            generator = torch.Generator().manual_seed(train.seed * 1_000_003 + self.updates)
+            parts = ppo.passes(len(chunks), train.ppo.epochs, train.ppo.minibatches, generator)
+        self.updates += 1
+        clock.lap("batch")
+        max_tokens = max_tokens_of(groups)
+        self.engine.train()
+        for part in parts:  # one optimizer step each
+            out = self._optimizer_step([chunks[i] for i in part], step_train, max_tokens, clock)
+            if isinstance(out, str):
+                return self._skip(out, clock)
+            for k, v in out.items():
+                sums[k] += v / len(parts)
+        sums.update({f"learner/{k}_s": v for k, v in clock.seconds.items()})
+        rewards = [p.reward for g in groups for p in g.paths]
+        if self.ref_model is not None:
+            sums["learner/kl_coef"] = coef
+            self.kl.update(sums["learner/kl"], len(rewards))
+        sums.update(
+            {
+                "learner/reward_mean": sum(rewards) / len(rewards),
+                "learner/paths": float(len(rewards)),
+                "learner/tokens": float(max(sum(c.tokens for c in chunks), 1)),
+                "learner/positions": float(sum(c.positions for c in chunks)),
+                "learner/chunks": float(len(chunks)),
+                "learner/optimizer_steps": float(len(parts)),
+                "learner/adv_std": float(adv.std()) if len(adv) > 1 else 0.0,
+                "learner/nonzero_paths": float(sum(_nonzero_paths(c) for c in chunks)),
+            }
+        )
+        return dict(sums)
+
+    def _optimizer_step(self, chunks, step_train, max_tokens: int, clock) -> dict | str:
+        """Gradients of ``chunks`` accumulated to their loss (this rank's share of them), then
+        one optimizer step (the critic's too, under ppo); their statistics, token means over
+        ``chunks`` and summed over ranks; or "loss" / "grad" when a number was not finite (the
+        step's gradients are then not applied)."""
+        tokens = max(sum(c.tokens for c in chunks), 1)
+        paths = sum(len(c) for c in chunks)
+        denominator = estimators.loss_denominator(step_train.estimator, tokens, paths, max_tokens)
+        # Several ranks (services.learner.ranks): each got the step's groups and runs its share.
+        share = rank_share(len(chunks), self.rank, self.world)
+        same_calls = self.world > 1 and self.engine.zero_optimization_stage() == 3
+        # A KL in the reward may already be in the token advantages (critic.token_advantages).
+        ref = None if self._token_level(step_train) else self.ref_model
+        sums: Counter = Counter()
+        for j, (i, scale) in enumerate(share):
+            chunk = at_least_two_positions(chunks[i], self.pad_id) if same_calls else chunks[i]
+            chunk = chunk.to(self.device)
+            with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.autocast):
+                loss, stats = policy_loss(self.engine, chunk, step_train, ref)
+                if self.critic is not None:
+                    value_loss, value_stats = self.critic.loss(chunk)
+                    stats.update(value_stats)
+            clock.lap("forward")  # log-probs under the current (and reference) weights, loss
+            finite = torch.isfinite(loss) & (
+                torch.isfinite(value_loss) if self.critic is not None else True
+            )
+            if not deepspeed_engine.on_every_rank(bool(finite)):
+                return "loss"
+            weight = chunk.tokens / denominator  # chunk loss is its token mean
+            last = j == len(share) - 1
+            self.engine.set_gradient_accumulation_boundary(last)
+            self.engine.backward(loss * (weight * scale))
+            if self.critic is not None:  # the value loss: a token mean over ``chunks`` too
+                self.critic.backward(value_loss, chunk.tokens / tokens * scale, last)
+            clock.lap("backward")
+            if last:
+                sums["learner/grad_norm"] = deepspeed_engine.grad_norm(self.engine)
+                if not math.isfinite(sums["learner/grad_norm"]):
+                    return "grad"
+            self.engine.step()  # the optimizer steps at the boundary only
+            clock.lap("optimizer")
+            frac = scale / self.world  # this rank's part of the chunk: 0 for a repeated one
+            sums["learner/loss"] += float(loss.detach()) * weight * frac
+            for k, v in stats.items():  # token means, whatever the loss's denominator
+                sums[f"learner/{k}"] += v * chunk.tokens / tokens * frac
+        if self.world > 1:  # the statistics over all ranks' chunks
+            grad_norm = sums.pop("learner/grad_norm", 0.0)
+            sums = Counter(deepspeed_engine.sum_over_ranks(dict(sums)))
+            sums["learner/grad_norm"] = grad_norm
+        return sums
+
+    def _token_level(self, train) -> bool:
+        """Whether this update's advantages are per token from a pre-pass: under ppo, and for
+        reinforce_pp with the KL in the reward (REINFORCE++ normalises the reward and its KL
+        penalty together)."""
+        kl_reward = self.ref_model is not None and train.kl_in == "reward" and train.kl_coef > 0
+        return self.critic is not None or (train.estimator == "reinforce_pp" and kl_reward)
+
+    def _token_chunks(self, groups, step_train, same_calls: bool):
+        """The step's chunks with per-token advantages (critic.token_advantages): GAE of the
+        critic's values under ppo; for reinforce_pp the return-to-go of the group-centred
+        reward minus the KL penalty (V = 0, gamma = lam = 1), whitened over the step. Every
+        rank prepares every chunk (the whitening needs the whole step)."""
+        zeros = [torch.zeros(len(g.paths)) for g in groups]
+        chunks = build_batches(groups, zeros, self.pad_id, step_train.micro_batch_paths)
+        if same_calls:
+            chunks = [at_least_two_positions(c, self.pad_id) for c in chunks]
+        if self.critic is None:  # reinforce_pp: the group baseline first
+            centred = advantages_of(groups, False, "dr_grpo", self.device)  # (G,) per group
+            per_path = [[float(a) for a in g] for g in centred]
+        else:
+            per_path = [[p.reward for p in g.paths] for g in groups]
+        rewards = [
+            torch.tensor([per_path[c.group_index][i] for i in c.path_index.tolist()])
+            for c in chunks
+        ]  # (b,) per chunk
+        kl = None
+        if self.ref_model is not None and step_train.kl_in == "reward":
+
+            def kl(chunk):  # called under the autocast below
+                logp, _ = token_logprobs(self.engine, chunk)
+                ref_logp, _ = token_logprobs(self.ref_model, chunk)
+                return kl_estimate(logp.float(), ref_logp.float(), step_train.kl_estimator)
+
+        with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.autocast):
+            if self.critic is not None:
+                return self.critic.prepare(chunks, rewards, step_train, self.device, kl)
+            return token_advantages(
+                chunks, rewards, self.device, 1.0, 1.0, True, None, kl, step_train.kl_coef
+            )
+
+    def _skip(self, what: str, clock: PhaseClock) -> dict[str, float]:
+        """A non-finite loss or gradient: drop the step's gradients without an optimizer step
+        (weights and optimizer state stay as they were)."""
+        deepspeed_engine.discard_gradients(self.engine)
+        log.warning("non-finite %s: step skipped, optimizer state untouched", what)
+        return {
+            "learner/skipped_step": 1.0,
+            f"learner/skipped_nonfinite_{what}": 1.0,
+            **{f"learner/{k}_s": v for k, v in clock.seconds.items()},
+        }
+
+    def weights(self, gather_only: bool = False) -> dict[str, np.ndarray]:
+        """The policy's fp32 master weights for publication: Hugging Face names, tied tensors
+        once (as save_pretrained writes them), float32 numpy copies of the parameters. Refuses
+        weights with a NaN/inf: such a version must never reach the workers. Every rank calls
+        it (ZeRO-3 gathers the parameters); a rank that only helps gather passes
+        ``gather_only``."""
+        with deepspeed_engine.full_parameters(self.engine):
+            if gather_only:
+                return {}
+            bad = [n for n, p in self.model.named_parameters() if not torch.isfinite(p).all()]
+            if bad:
+                raise FloatingPointError(f"non-finite weights in {bad[:3]}; not published")
+            # ZeRO-3 frees the gathered parameters on leaving the context: copy them out
+            copy = self.engine.zero_optimization_stage() == 3
+            out, seen = {}, set()
+            for name, tensor in self.model.state_dict().items():
+                if tensor.data_ptr() in seen:
+                    continue  # a tied weight (lm_head = embed_tokens)
+                seen.add(tensor.data_ptr())
+                array = tensor.detach().float().cpu().contiguous().numpy()
+                out[name] = array.copy() if copy else array
+            return out
+
+    def export(self, out: Path) -> Path:
+        with deepspeed_engine.full_parameters(self.engine):
+            return export_final(self.model, self.model_dir, out)
+
+    def save_checkpoint(self, directory: str, tag: str, client_state: dict) -> None:
+        state = {**client_state, "kl_control": self.kl.state()}
+        deepspeed_engine.save_checkpoint(self.engine, directory, tag, state)
+        if self.critic is not None:
+            self.critic.save_checkpoint(directory, tag)
+
+    def load_checkpoint(self, directory: str, tag: str | None = None) -> dict:
+        """Weights, optimizer state and KL coefficient of checkpoint ``tag`` (None: the
+        latest); returns the rest of its client state."""
+        client = deepspeed_engine.load_checkpoint(self.engine, directory, tag)
+        if self.critic is not None:
+            self.critic.load_checkpoint(directory, tag)
+        self.kl.restore(client.pop("kl_control", None))
+        return client
+
+    def set_hyperparameters(self, lr: float, kl_coef: float) -> None:
+        """The learning rate and KL coefficient from the next update on (a rollback's)."""
+        for group in self.engine.optimizer.param_groups:
+            group["lr"] = lr
+        self.train = self.train.model_copy(update={"kl_coef": kl_coef})
+        self.kl.coef = float(kl_coef)
+        if kl_coef > 0 and self.ref_model is None:
+            self._load_reference()
+            self.ref_model.to(self.device)
+
+    def _load_reference(self) -> None:
+        """The frozen initial policy the KL term is measured against."""
+        from transformers import AutoModelForCausalLM
+
+        attention = "sdpa" if torch.cuda.is_available() else "eager"
+        self.ref_model = AutoModelForCausalLM.from_pretrained(
+            self.model_dir, dtype=torch.float32, attn_implementation=attention
+        )
+        self.ref_model.eval().requires_grad_(False)
+
+
+def _nonzero_paths(chunk) -> int:
+    """Paths of ``chunk`` that push the update: a non-zero advantage (any token's) and weight."""
+    adv = chunk.advantages
+    moving = (adv != 0).any(dim=1) if adv.dim() == 2 else adv != 0  # (b,)
+    return int((moving & (chunk.weight > 0)).sum())
