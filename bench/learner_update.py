@@ -33,7 +33,7 @@ RUNNER = r"""
 import json, os, random, sys, time
 import torch
 torch.set_num_threads(int(os.environ["BENCH_THREADS"]))
-from brorl.config.run import TrainConfig
+from brorl.config.train import TrainConfig
 from brorl.v1 import common_pb2
 args = json.loads(sys.argv[1])
 rng = random.Random(0)

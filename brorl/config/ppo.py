@@ -1,5 +1,6 @@
 """The run config's ``train.ppo`` section: PPO with a critic (estimator ``ppo``;
-docs/algorithms.md). The math is in services/learner/algo/ppo.py, the critic in critic.py."""
+docs/algorithms.md). The math is in services/learner/algo/ (advantages.py, gae.py, ppo.py), the
+critic in services/learner/model/critic.py."""
 
 from __future__ import annotations
 

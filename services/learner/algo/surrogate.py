@@ -1,6 +1,7 @@
 """The clipped surrogate loss of one micro-batch from its log-probs (pure tensors): the
 importance ratio and its correction (importance.py), the KL to the reference as a loss term or
-a reward penalty (kl_control.py), the fused clipped loss (kernels.clipped_policy_loss).
+a reward penalty folded into the advantages (advantages.kl_penalised), the fused clipped loss
+(kernels.clipped_policy_loss).
 
 Shapes: B paths, T completion positions.
 """
@@ -10,7 +11,8 @@ from __future__ import annotations
 import torch
 
 from kernels import clipped_policy_loss, kl_estimate
-from services.learner.algo import importance, kl_control
+from services.learner.algo import importance
+from services.learner.algo.advantages import kl_penalised
 
 
 def surrogate_loss(logp, entropy, batch, train, ref_logp=None) -> tuple[torch.Tensor, dict]:
@@ -24,7 +26,7 @@ def surrogate_loss(logp, entropy, batch, train, ref_logp=None) -> tuple[torch.Te
     log-probs (on-policy PPO) times a truncated importance weight min(π_θ / π_sampling,
     tis_cap) (importance.py). off_policy="none": ratio 1, no correction. The KL to
     ``ref_logp`` is a loss term (kl_in="loss") or a per-token reward penalty folded into the
-    advantages (kl_in="reward", kl_control.py).
+    advantages (kl_in="reward", advantages.kl_penalised).
     """
     mask = batch.loss_mask
     level = train.ratio_level
@@ -39,7 +41,7 @@ def surrogate_loss(logp, entropy, batch, train, ref_logp=None) -> tuple[torch.Te
     advantages, kl_ref, reward_kl = batch.advantages, ref_logp, None
     if ref_logp is not None and train.kl_in == "reward":
         reward_kl = kl_estimate(logp.detach(), ref_logp, train.kl_estimator)  # (B, T)
-        advantages = kl_control.kl_reward_advantages(
+        advantages = kl_penalised(
             advantages, reward_kl, mask, train.kl_coef, batch.weight
         )
         kl_ref = None

@@ -19,7 +19,7 @@ import torch
 
 from brorl import sampling
 from brorl.v1 import common_pb2
-from services.learner.algo import advantages as estimators
+from services.learner.algo import advantages
 
 
 @dataclass
@@ -73,11 +73,12 @@ def advantages_of(
     estimator: str = "grpo",
     device=None,
 ) -> list[torch.Tensor]:
-    """One (G,) advantage tensor per group, by ``train.estimator`` (estimators.py), computed on
-    ``device`` (the Triton kernel on CUDA) and returned on the CPU, where chunks are built.
-    Groups may differ in size; grpo stacks equal sizes into one (P, G) call of the kernel."""
+    """One (G,) advantage tensor per group under a group-level ``estimator``
+    (advantages.compute), computed on ``device`` (the Triton kernel on CUDA) and returned on the
+    CPU, where chunks are built. Groups may differ in size."""
     rewards = [group_rewards(g, device) for g in groups]
-    return [a.cpu() for a in estimators.advantages(rewards, estimator, normalize_std)]
+    inputs = advantages.AdvantageInputs(estimator, rewards, normalize_std=normalize_std)
+    return [a.cpu() for a in advantages.compute(inputs).per_path]
 
 
 def rank_share(n_chunks: int, rank: int, world: int) -> list[tuple[int, float]]:

@@ -1,8 +1,10 @@
 """The policy being trained: the model in its DeepSpeed engine, the optional frozen reference
-model, and the one update a step makes from scored groups (pure math in batch.py/losses.py)."""
+model, and the one update a step makes from scored groups (the math: services/learner/algo/;
+advantages through its one entry point, ``advantages.compute``)."""
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import math
 import time
@@ -12,20 +14,21 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from brorl.config.run import TrainConfig
-from services.learner.model import deepspeed_engine
-from services.learner.algo import advantages as estimators
-from services.learner.algo import ppo
-from services.learner.model.critic import Critic, token_advantages
+from brorl.config.train import TrainConfig
 from kernels import kl_estimate
+from services.learner.algo import advantages
+from services.learner.algo import ppo
+from services.learner.algo.advantages import AdvantageInputs, ChunkTokens
+from services.learner.algo.kl_control import KLController
+from services.learner.model import deepspeed_engine
 from services.learner.model.batch import (
-    advantages_of,
     at_least_two_positions,
     build_batches,
+    group_rewards,
     max_tokens_of,
     rank_share,
 )
-from services.learner.algo.kl_control import KLController
+from services.learner.model.critic import Critic
 from services.learner.model.losses import policy_loss, token_logprobs
 from services.learner.publish import export_final
 
@@ -86,20 +89,17 @@ class Policy:
         """One update from ``groups``: one optimizer step (PPO: epochs × mini-batches of them)
         over chunks (batch.build_batches) whose gradients accumulate to the token mean over
         the step or mini-batch (dr_grpo: the token sum over paths × max_tokens,
-        estimators.loss_denominator); returns learner/* statistics."""
+        advantages.loss_denominator); returns learner/* statistics."""
         train = self.train
         clock = PhaseClock()
         coef = self.kl.coef  # this step's KL coefficient (kl_control)
         step_train = train if coef == train.kl_coef else train.model_copy(update={"kl_coef": coef})
-        same_calls = self.world > 1 and self.engine.zero_optimization_stage() == 3
         sums: Counter = Counter()
-        if not self._token_level(step_train):
-            advantages = advantages_of(groups, train.normalize_std, train.estimator, self.device)
-            chunks = build_batches(groups, advantages, self.pad_id, train.micro_batch_paths)
-            adv = torch.cat(advantages) if advantages else torch.zeros(0)
-        else:  # per-token advantages from a pre-pass (ppo; reinforce_pp with the KL in the reward)
-            chunks, prepared = self._token_chunks(groups, step_train, same_calls)
-            sums.update(prepared)
+        chunks, computed = self._chunks_with_advantages(groups, step_train)
+        sums.update(computed.stats)
+        if computed.per_token is None:
+            adv = torch.cat(computed.per_path) if computed.per_path else torch.zeros(0)
+        else:
             adv = torch.cat([c.advantages[c.loss_mask != 0] for c in chunks] or [torch.zeros(0)])
         parts = [list(range(len(chunks)))]
         if self.critic is not None:
@@ -141,12 +141,12 @@ class Policy:
         step's gradients are then not applied)."""
         tokens = max(sum(c.tokens for c in chunks), 1)
         paths = sum(len(c) for c in chunks)
-        denominator = estimators.loss_denominator(step_train.estimator, tokens, paths, max_tokens)
+        denominator = advantages.loss_denominator(step_train.estimator, tokens, paths, max_tokens)
         # Several ranks (services.learner.ranks): each got the step's groups and runs its share.
         share = rank_share(len(chunks), self.rank, self.world)
         same_calls = self.world > 1 and self.engine.zero_optimization_stage() == 3
-        # A KL in the reward may already be in the token advantages (critic.token_advantages).
-        ref = None if self._token_level(step_train) else self.ref_model
+        # A KL in the reward of a token-level estimator is in its advantages already.
+        ref = None if self._kl_in_token_advantages(step_train) else self.ref_model
         sums: Counter = Counter()
         for j, (i, scale) in enumerate(share):
             chunk = at_least_two_positions(chunks[i], self.pad_id) if same_calls else chunks[i]
@@ -185,45 +185,63 @@ class Policy:
             sums["learner/grad_norm"] = grad_norm
         return sums
 
-    def _token_level(self, train) -> bool:
-        """Whether this update's advantages are per token from a pre-pass: under ppo, and for
-        reinforce_pp with the KL in the reward (REINFORCE++ normalises the reward and its KL
-        penalty together)."""
-        kl_reward = self.ref_model is not None and train.kl_in == "reward" and train.kl_coef > 0
-        return self.critic is not None or (train.estimator == "reinforce_pp" and kl_reward)
+    def _kl_in_reward(self, train) -> bool:
+        return self.ref_model is not None and train.kl_in == "reward" and train.kl_coef > 0
 
-    def _token_chunks(self, groups, step_train, same_calls: bool):
-        """The step's chunks with per-token advantages (critic.token_advantages): GAE of the
-        critic's values under ppo; for reinforce_pp the return-to-go of the group-centred
-        reward minus the KL penalty (V = 0, gamma = lam = 1), whitened over the step. Every
-        rank prepares every chunk (the whitening needs the whole step)."""
+    def _kl_in_token_advantages(self, train) -> bool:
+        """Whether the KL penalty is part of this step's per-token advantages (a token-level
+        estimator with the KL in the reward), so the loss must not add it again."""
+        kl_reward = self._kl_in_reward(train)
+        return kl_reward and advantages.token_level(train.estimator, kl_reward)
+
+    def _chunks_with_advantages(self, groups, step_train):
+        """The step's chunks (batch.build_batches) carrying their advantages, and what
+        ``advantages.compute`` returned. A token-level estimator (ppo; reinforce_pp with the KL
+        in the reward) first reads every chunk once without gradients (``_chunk_tokens``), on
+        every rank: the whitening needs the whole step."""
+        kl_coef = step_train.kl_coef if self._kl_in_reward(step_train) else 0.0
+        rewards = [group_rewards(g, self.device) for g in groups]  # (G,) per group
+        inputs = AdvantageInputs.for_step(step_train, rewards, kl_coef)
+        micro = step_train.micro_batch_paths
+        if not inputs.token_level:
+            computed = advantages.compute(inputs)
+            computed.per_path = [a.cpu() for a in computed.per_path]
+            return build_batches(groups, computed.per_path, self.pad_id, micro), computed
         zeros = [torch.zeros(len(g.paths)) for g in groups]
-        chunks = build_batches(groups, zeros, self.pad_id, step_train.micro_batch_paths)
-        if same_calls:
+        chunks = build_batches(groups, zeros, self.pad_id, micro)
+        if self.world > 1 and self.engine.zero_optimization_stage() == 3:
             chunks = [at_least_two_positions(c, self.pad_id) for c in chunks]
-        if self.critic is None:  # reinforce_pp: the group baseline first
-            centred = advantages_of(groups, False, "dr_grpo", self.device)  # (G,) per group
-            per_path = [[float(a) for a in g] for g in centred]
-        else:
-            per_path = [[p.reward for p in g.paths] for g in groups]
-        rewards = [
-            torch.tensor([per_path[c.group_index][i] for i in c.path_index.tolist()])
-            for c in chunks
-        ]  # (b,) per chunk
-        kl = None
-        if self.ref_model is not None and step_train.kl_in == "reward":
+        tokens = [self._chunk_tokens(c, step_train, kl_coef > 0) for c in chunks]
+        computed = advantages.compute(dataclasses.replace(inputs, chunks=tokens))
+        critic = computed.returns is not None
+        chunks = [
+            dataclasses.replace(
+                c,
+                advantages=computed.per_token[i],
+                returns=computed.returns[i] if critic else None,
+                old_values=computed.values[i] if critic else None,
+            )
+            for i, c in enumerate(chunks)
+        ]
+        return chunks, computed
 
-            def kl(chunk):  # called under the autocast below
-                logp, _ = token_logprobs(self.engine, chunk)
-                ref_logp, _ = token_logprobs(self.ref_model, chunk)
-                return kl_estimate(logp.float(), ref_logp.float(), step_train.kl_estimator)
-
+    @torch.no_grad()
+    def _chunk_tokens(self, chunk, step_train, with_kl: bool) -> ChunkTokens:
+        """What the token-level estimators read of a chunk: its mask and weights, the critic's
+        values (ppo) and the per-token KL to the reference (the KL in the reward)."""
+        on = chunk.to(self.device)
+        values = kl = None
         with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.autocast):
             if self.critic is not None:
-                return self.critic.prepare(chunks, rewards, step_train, self.device, kl)
-            return token_advantages(
-                chunks, rewards, self.device, 1.0, 1.0, True, None, kl, step_train.kl_coef
-            )
+                self.critic.engine.eval()
+                values = self.critic.values(on)  # (b, C)
+            if with_kl:
+                logp, _ = token_logprobs(self.engine, on)
+                ref_logp, _ = token_logprobs(self.ref_model, on)
+                kl = kl_estimate(logp.float(), ref_logp.float(), step_train.kl_estimator)
+        return ChunkTokens(
+            chunk.group_index, chunk.path_index, on.loss_mask, chunk.weight, values, kl
+        )
 
     def _skip(self, what: str, clock: PhaseClock) -> dict[str, float]:
         """A non-finite loss or gradient: drop the step's gradients without an optimizer step

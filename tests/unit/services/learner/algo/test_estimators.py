@@ -9,12 +9,18 @@ from brorl.config.run import RunConfig
 from brorl.v1 import common_pb2
 from kernels import group_advantages
 from services.learner.algo import advantages as estimators
+from services.learner.algo.advantages import AdvantageInputs, compute
+from services.learner.algo.advantages import group_estimate_reference as advantages_reference
+from services.learner.algo.kl_control import KLController
 from services.learner.model import policy
 from services.learner.model.batch import advantages_of
-from services.learner.algo.advantages import advantages, advantages_reference
-from services.learner.algo.kl_control import KLController
 
 EPS = estimators.EPS
+
+
+def advantages(rewards: list[torch.Tensor], estimator: str, normalize_std: bool = True):
+    """The (G,) per-group advantages through the one entry point (advantages.compute)."""
+    return compute(AdvantageInputs(estimator, rewards, normalize_std=normalize_std)).per_path
 
 
 def run(groups, estimator, normalize_std=True):
@@ -98,7 +104,7 @@ def test_reinforce_pp_normalises_over_the_whole_step():
 # ---- edge cases, every estimator ----------------------------------------------------------
 
 
-@pytest.mark.parametrize("estimator", estimators.ESTIMATORS)
+@pytest.mark.parametrize("estimator", estimators.GROUP_ESTIMATORS)
 def test_a_lone_path_and_all_equal_rewards_get_zero(estimator):
     out = run([[0.7], [2.0, 2.0, 2.0], [0.1, 0.1]], estimator)
     assert out == [[0.0], [0.0, 0.0, 0.0], [0.0, 0.0]]  # exactly zero
@@ -106,7 +112,7 @@ def test_a_lone_path_and_all_equal_rewards_get_zero(estimator):
     assert run([], estimator) == []
 
 
-@pytest.mark.parametrize("estimator", estimators.ESTIMATORS)
+@pytest.mark.parametrize("estimator", estimators.GROUP_ESTIMATORS)
 def test_irregular_group_sizes_in_one_step_match_the_reference(estimator):
     groups = [[1.0, 0.0, 0.0], [0.0, 1.0], [0.3], [3.0, 1.0, 2.0, 2.0], [0.0, 1.0, 1.0]]
     for norm in (True, False):
@@ -119,7 +125,18 @@ def test_irregular_group_sizes_in_one_step_match_the_reference(estimator):
 
 def test_unknown_estimator_is_refused():
     with pytest.raises(ValueError, match="unknown estimator"):
-        advantages([torch.tensor([1.0, 0.0])], "ppo")
+        advantages([torch.tensor([1.0, 0.0])], "nope")
+    with pytest.raises(ValueError, match="unknown estimator 'ppo'"):  # not a group-level one
+        estimators.group_estimate(AdvantageInputs("ppo", [torch.tensor([1.0, 0.0])]))
+
+
+def test_every_configurable_estimator_is_implemented():
+    """The run config's names (brorl/config/train.py, their one owner) are this module's."""
+    from brorl.config.train import ESTIMATORS
+
+    assert set(ESTIMATORS) == set(estimators.GROUP_ESTIMATORS) | {"ppo"}
+    assert estimators.token_level("ppo", False) and estimators.token_level("reinforce_pp", True)
+    assert not any(estimators.token_level(e, False) for e in estimators.GROUP_ESTIMATORS)
 
 
 def test_dr_grpo_divides_the_token_sum_by_a_constant():
@@ -163,7 +180,7 @@ class FakeEngine:
         pass
 
 
-@pytest.mark.parametrize("estimator", estimators.ESTIMATORS)
+@pytest.mark.parametrize("estimator", estimators.GROUP_ESTIMATORS)
 def test_the_run_configs_estimator_reaches_the_update(estimator, monkeypatch):
     cfg = RunConfig.model_validate(
         {
@@ -176,18 +193,18 @@ def test_the_run_configs_estimator_reaches_the_update(estimator, monkeypatch):
         {"model": "m", "data": {"train_path": "x"}}
     ).train.estimator == ("grpo")
     seen = {"estimators": [], "advantages": {}}
-    real_advantages_of = policy.advantages_of
+    real_compute = policy.advantages.compute
 
-    def spy_advantages_of(groups, normalize_std, estimator, device=None):
-        seen["estimators"].append(estimator)
-        return real_advantages_of(groups, normalize_std, estimator, device)
+    def spy_compute(inputs):
+        seen["estimators"].append(inputs.estimator)
+        return real_compute(inputs)
 
     def fake_loss(engine, chunk, train, ref_model):
         for row, i in enumerate(chunk.path_index.tolist()):
             seen["advantages"][(chunk.group_index, i)] = float(chunk.advantages[row])
         return torch.tensor(1.0), {"clip_frac": 0.5}  # token-mean loss 1 in every chunk
 
-    monkeypatch.setattr(policy, "advantages_of", spy_advantages_of)
+    monkeypatch.setattr(policy.advantages, "compute", spy_compute)
     monkeypatch.setattr(policy, "policy_loss", fake_loss)
     monkeypatch.setattr(policy.deepspeed_engine, "grad_norm", lambda engine: 0.0)
     groups = [make_group("a", [1, 2, 3], [1.0, 0.0, 0.0]), make_group("b", [4, 2], [0.0, 1.0])]

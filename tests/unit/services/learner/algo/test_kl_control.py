@@ -8,14 +8,14 @@ import torch
 
 from brorl.config.base import validate
 from brorl.errors import InvalidArgument
-from brorl.config.run import RunConfig, TrainConfig
+from brorl.config.run import RunConfig
+from brorl.config.train import TrainConfig
 from kernels import clipped_policy_loss_reference, kl_estimate
-from services.learner.algo.kl_control import (
-    KLController,
-    adaptive_coef,
-    kl_reward_advantages,
-    kl_reward_advantages_reference,
+from services.learner.algo.advantages import kl_penalised as kl_reward_advantages
+from services.learner.algo.advantages import (
+    kl_penalised_reference as kl_reward_advantages_reference,
 )
+from services.learner.algo.kl_control import KLController, adaptive_coef
 from services.learner.algo.surrogate import surrogate_loss
 from tests.unit.services.learner.algo.test_loss_options import grad_of, irregular, make_batch
 

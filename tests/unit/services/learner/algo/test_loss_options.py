@@ -9,7 +9,7 @@ import math
 import pytest
 import torch
 
-from brorl.config.run import TrainConfig
+from brorl.config.train import TrainConfig
 from kernels import clipped_policy_loss, clipped_policy_loss_reference
 from services.learner.model.batch import Batch
 from services.learner.algo.importance import (

@@ -10,8 +10,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from brorl.config.run import TrainConfig
-from services.learner.algo import ppo
+from brorl.config.train import TrainConfig
+from services.learner.algo import gae, ppo
 from tests.unit.services.learner.algo.test_adaptive_kl import sample_groups
 from tests.unit.services.learner.tiny_model import tiny_qwen2
 
@@ -31,11 +31,11 @@ def test_gae_hand_worked():
     # deltas: 0.25-0.5=-0.25, 0-0.25=-0.25, 1-0=1; A2=1, A1=-0.25+0.5*1=0.25, A0=-0.25+0.125
     rewards = torch.tensor([[0.0, 0.0, 1.0]], dtype=torch.float64)
     values = torch.tensor([[0.5, 0.25, 0.0]], dtype=torch.float64)
-    adv, ret = ppo.gae(rewards, values, torch.ones_like(values), 1.0, 0.5)
+    adv, ret = gae.gae(rewards, values, torch.ones_like(values), 1.0, 0.5)
     assert adv.tolist() == [[-0.125, 0.25, 1.0]]
     assert ret.tolist() == [[0.375, 0.5, 1.0]]
     # lam = 1, gamma = 1: A_t = R - V_t (Monte Carlo return minus the value)
-    adv, _ = ppo.gae(rewards, values, torch.ones_like(values), 1.0, 1.0)
+    adv, _ = gae.gae(rewards, values, torch.ones_like(values), 1.0, 1.0)
     assert adv.tolist() == [[0.5, 0.75, 1.0]]
 
 
@@ -49,11 +49,11 @@ def test_gae_matches_reference_on_irregular_paths(gamma, lam):
     pen = [(0.1 * torch.randn(n, generator=gen, dtype=torch.float64)).tolist() for n in lengths]
     values, mask = padded(vals, T)
     penalty, _ = padded(pen, T)
-    token_r = ppo.token_rewards(final, mask, penalty).double()
-    adv, ret = ppo.gae(token_r, values, mask, gamma, lam)
+    token_r = gae.token_rewards(final, mask, penalty).double()
+    adv, ret = gae.gae(token_r, values, mask, gamma, lam)
     for i, n in enumerate(lengths):
         r = [pen[i][t] + (final[i].item() if t == n - 1 else 0.0) for t in range(n)]
-        want_a, want_r = ppo.gae_reference(r, vals[i], gamma, lam)
+        want_a, want_r = gae.gae_reference(r, vals[i], gamma, lam)
         assert adv[i, :n].tolist() == pytest.approx(want_a, abs=1e-12)
         assert ret[i, :n].tolist() == pytest.approx(want_r, abs=1e-12)
         assert adv[i, n:].abs().sum() == 0 and ret[i, n:].abs().sum() == 0
@@ -61,21 +61,21 @@ def test_gae_matches_reference_on_irregular_paths(gamma, lam):
 
 def test_token_rewards_put_the_reward_on_the_last_token():
     mask = torch.tensor([[1, 1, 1], [1, 0, 0], [0, 0, 0]], dtype=torch.float32)
-    out = ppo.token_rewards(torch.tensor([2.0, 3.0, 5.0]), mask)
+    out = gae.token_rewards(torch.tensor([2.0, 3.0, 5.0]), mask)
     assert out.tolist() == [[0, 0, 2], [3, 0, 0], [0, 0, 0]]
 
 
 def test_whiten_shares_one_scale_over_chunks_of_different_widths():
     a, ma = padded([[1.0, 2.0, 3.0], [4.0]], 3)
     b, mb = padded([[10.0, -2.0]], 2)
-    out = ppo.whiten([a, b], [ma, mb])
-    want = ppo.whiten_reference([1.0, 2.0, 3.0, 4.0, 10.0, -2.0])
+    out = gae.whiten([a, b], [ma, mb])
+    want = gae.whiten_reference([1.0, 2.0, 3.0, 4.0, 10.0, -2.0])
     got = out[0][0].tolist() + out[0][1, :1].tolist() + out[1][0].tolist()
     assert got == pytest.approx(want, abs=1e-9)
     assert out[0][1, 1:].abs().sum() == 0  # masked stays 0
     same, m1 = padded([[2.0, 2.0]], 2)
-    assert ppo.whiten([same], [m1])[0].abs().sum() == 0  # no spread: zeros
-    assert ppo.whiten([torch.ones(1, 1)], [torch.ones(1, 1)])[0].item() == 0  # one token
+    assert gae.whiten([same], [m1])[0].abs().sum() == 0  # no spread: zeros
+    assert gae.whiten([torch.ones(1, 1)], [torch.ones(1, 1)])[0].item() == 0  # one token
 
 
 def test_value_loss_matches_reference_and_clips():
@@ -136,11 +136,11 @@ def test_ppo_policy_learns_and_its_critic_fits_the_returns(tmp_path, one_thread)
 
     policy.save_checkpoint(str(tmp_path / "ck"), "t1", {})
     groups = sample_groups(policy.model, gen)
-    chunks, _ = policy._token_chunks(groups, train, False)
+    chunks, _ = policy._chunks_with_advantages(groups, train)
     before = [v.old_values for v in chunks]
     policy.update(groups)  # moves the critic
     policy.load_checkpoint(str(tmp_path / "ck"), "t1")
-    again, _ = policy._token_chunks(groups, train, False)
+    again, _ = policy._chunks_with_advantages(groups, train)
     for a, b in zip(before, again):
         assert torch.equal(a, b.old_values)
 
@@ -159,42 +159,71 @@ def test_ppo_with_the_kl_in_the_reward(tmp_path, one_thread):
     assert all(o["learner/kl_coef"] == 0.5 for o in outs)
 
 
+def test_ppo_with_the_kl_in_the_loss_measures_and_applies_it(tmp_path, one_thread):
+    """kl_in loss under ppo: the KL term reaches the loss (its advantages hold no KL), so the
+    measured KL is reported and moves the adaptive coefficient."""
+    from services.learner.model.policy import Policy
+
+    tiny_qwen2().save_pretrained(tmp_path)
+    train = TrainConfig(
+        lr=5e-3,
+        estimator="ppo",
+        kl_coef=0.5,
+        kl_control={"kind": "adaptive", "target": 1e-6, "horizon": 10},
+        ppo={"epochs": 1},
+    )
+    policy = Policy(str(tmp_path), train)
+    gen = torch.Generator().manual_seed(0)
+    outs = [policy.update(sample_groups(policy.model, gen)) for _ in range(3)]
+    assert 0 < outs[0]["learner/kl"] < 0.05  # from the reference on, over the mini-batches
+    assert outs[-1]["learner/kl"] > 0
+    assert outs[-1]["learner/kl_coef"] > 0.5  # the controller saw a KL above its target
+
+
 def test_ppo_refuses_tis():
     with pytest.raises(ValueError, match="off_policy clip"):
         TrainConfig(estimator="ppo", off_policy="tis")
 
 
 def test_reinforce_pp_normalises_reward_and_kl_penalty_together():
-    """REINFORCE++ with the KL in the reward (critic.token_advantages with V = 0, gamma = lam = 1):
+    """REINFORCE++ with the KL in the reward (advantages.compute: V = 0, gamma = lam = 1):
     A_it = whiten over the step of (R_i - mean_group R) - beta * sum_{t' >= t} k_it'."""
-    from services.learner.model.batch import build_batches
-    from services.learner.model.critic import token_advantages
+    from services.learner.algo.advantages import AdvantageInputs, ChunkTokens, compute
+    from services.learner.model.batch import build_batches, group_rewards
     from tests.unit.services.learner.algo.test_estimators import make_group
 
     groups = [make_group("a", [1, 2, 3], [1.0, 0.0, 0.0]), make_group("b", [4, 2], [0.0, 1.0])]
     zeros = [torch.zeros(len(g.paths)) for g in groups]
     chunks = build_batches(groups, zeros, pad_id=0, max_paths=2)  # groups cut into chunks
     centred = {0: [2 / 3, -1 / 3, -1 / 3], 1: [-0.5, 0.5]}
-    rewards = [
-        torch.tensor([centred[c.group_index][i] for i in c.path_index.tolist()]) for c in chunks
+    tokens = [  # a known per-token KL: 0.1 * (token id)
+        ChunkTokens(
+            c.group_index, c.path_index, c.loss_mask, c.weight, kl=0.1 * c.targets.float()
+        )
+        for c in chunks
     ]
-
-    def kl(chunk):  # a known per-token KL: 0.1 * (token id)
-        return 0.1 * chunk.targets.float() * chunk.loss_mask
-
-    out, stats = token_advantages(chunks, rewards, "cpu", 1.0, 1.0, True, None, kl, 0.5)
+    inputs = AdvantageInputs(
+        "reinforce_pp",
+        [group_rewards(g) for g in groups],
+        kl_in_reward=True,
+        kl_coef=0.5,
+        chunks=tokens,
+    )
+    out = compute(inputs)
     raw = []
-    for c, r in zip(chunks, rewards):
+    for c in chunks:
+        r = [centred[c.group_index][i] for i in c.path_index.tolist()]
         for row in range(len(c)):
             ks = [0.1 * t for t, m in zip(c.targets[row].tolist(), c.loss_mask[row]) if m]
-            raw += [float(r[row]) - 0.5 * sum(ks[t:]) for t in range(len(ks))]
-    want = ppo.whiten_reference(raw)
+            raw += [r[row] - 0.5 * sum(ks[t:]) for t in range(len(ks))]
+    want = gae.whiten_reference(raw)
     got = [
         float(a)
-        for c in out
+        for c, adv in zip(chunks, out.per_token)
         for row in range(len(c))
-        for a in c.advantages[row][c.loss_mask[row] != 0]
+        for a in adv[row][c.loss_mask[row] != 0]
     ]
     assert got == pytest.approx(want, abs=1e-5)
-    assert out[0].returns is None and out[0].old_values is None  # no critic
-    assert stats["learner/kl"] > 0
+    assert out.returns is None and out.values is None  # no critic
+    assert out.stats["learner/kl"] > 0
+    assert out.per_path == []  # token level: no per-path advantages

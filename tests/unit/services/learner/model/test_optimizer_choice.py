@@ -10,7 +10,7 @@ import pytest
 
 from brorl import rpc
 from brorl.config.base import validate
-from brorl.config.run import TrainConfig
+from brorl.config.train import TrainConfig
 from brorl.v1 import learner_pb2, learner_pb2_grpc
 from services.learner.config import LearnerServiceConfig
 from services.learner.model.deepspeed_engine import check_optimizer

@@ -13,7 +13,7 @@ import copy
 import pytest
 import torch
 
-from brorl.config.run import TrainConfig
+from brorl.config.train import TrainConfig
 from services.learner.model.batch import advantages_of, build_batches
 from tests.unit.services.learner.model.test_policy_nonfinite import groups
 from tests.unit.services.learner.tiny_model import tiny_qwen2

@@ -9,7 +9,7 @@ import math
 import pytest
 import torch
 
-from brorl.config.run import TrainConfig
+from brorl.config.train import TrainConfig
 from brorl.v1 import common_pb2
 from tests.unit.services.learner.tiny_model import tiny_qwen2
 

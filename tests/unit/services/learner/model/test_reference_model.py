@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from brorl.config.run import TrainConfig
+from brorl.config.train import TrainConfig
 from tests.unit.services.learner.model.test_policy_nonfinite import groups
 from tests.unit.services.learner.tiny_model import tiny_qwen2
 

@@ -1,0 +1,141 @@
+"""The run config's ``train`` section: the policy update (optimizer, clipping, KL, the
+advantage estimator and its options). Part of ``brorl.config.run.RunConfig``; the learner's
+services/learner/algo/ holds the math these fields choose (docs/algorithms.md)."""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal, Union, get_args
+
+from pydantic import Field, model_validator
+
+from brorl.config.base import StrictModel
+from brorl.config.ppo import PPOConfig
+
+# The advantage estimators, named once (docs/algorithms.md): the group-baseline ones, then ppo
+# (a critic and GAE). services/learner/algo/advantages.py implements every name listed here.
+Estimator = Literal["grpo", "dr_grpo", "rloo", "reinforce_pp", "ppo"]
+ESTIMATORS: tuple[str, ...] = get_args(Estimator)
+
+
+class FixedKL(StrictModel):
+    kind: Literal["fixed"] = Field(description="train.kl_coef at every step.")
+
+
+class AdaptiveKL(StrictModel):
+    kind: Literal["adaptive"] = Field(
+        description="Proportional controller (Ziegler et al. 2019) from train.kl_coef: "
+        "coef *= 1 + clip(kl / target - 1, -0.2, 0.2) * paths / horizon after every update."
+    )
+    target: float = Field(
+        0.05, gt=0.0, description="Target of the measured per-token KL (nats, kl_estimator)."
+    )
+    horizon: int = Field(
+        10_000,
+        ge=1,
+        description="Paths over which a 20% error moves the coefficient by 20% (larger: slower).",
+    )
+
+
+KLControl = Annotated[Union[FixedKL, AdaptiveKL], Field(discriminator="kind")]
+
+
+class TrainConfig(StrictModel):
+    steps: int = Field(100, ge=1, description="Policy updates in this run.")
+    groups_per_step: int = Field(
+        1, ge=1, description="Prompt groups (each of n paths) in one update."
+    )
+    lr: float = Field(1e-4, gt=0.0, le=1.0, description="Adam learning rate.")
+    weight_decay: float = Field(0.0, ge=0.0, description="AdamW weight decay.")
+    optimizer: Literal["adamw", "onebit_adam", "zero_one_adam"] = Field(
+        "adamw",
+        description="'adamw' (torch's, inside DeepSpeed), or DeepSpeed's communication-"
+        "compressed 1-bit Adam / 0/1 Adam (CUDA + NCCL, ZeRO 0, and a DeepSpeed that still has "
+        "them; refused otherwise, docs/scaling.md).",
+    )
+    onebit_freeze_steps: int = Field(
+        100,
+        ge=1,
+        description="1-bit / 0/1 Adam: steps of plain Adam (its warm-up) before compression.",
+    )
+    clip_low: float = Field(
+        0.2, ge=0.0, le=1.0, description="PPO clip below: ratio >= 1 - clip_low."
+    )
+    clip_high: float = Field(
+        0.2, ge=0.0, le=10.0, description="PPO clip above: ratio <= 1 + clip_high."
+    )
+    kl_coef: float = Field(
+        0.0,
+        ge=0.0,
+        description="Weight of the KL to the initial (reference) policy; 0 loads no reference "
+        "model.",
+    )
+    kl_estimator: Literal["k1", "k2", "k3"] = Field("k3", description="KL estimator: k1, k2 or k3.")
+    normalize_std: bool = Field(
+        True, description="Divide group advantages by the group's reward std (GRPO)."
+    )
+    estimator: Estimator = Field(
+        "grpo",
+        description="Advantage estimator (docs/algorithms.md): 'grpo' group mean baseline (/ std "
+        "with normalize_std); 'dr_grpo' mean baseline, no std, token-sum loss over "
+        "paths x max_tokens; 'rloo' leave-one-out baseline; 'reinforce_pp' group baseline "
+        "then std over the whole step; 'ppo' a critic and GAE (train.ppo).",
+    )
+    ppo: PPOConfig = Field(
+        default_factory=PPOConfig, description="PPO's critic, GAE and epochs (estimator ppo)."
+    )
+    off_policy: Literal["clip", "tis", "none"] = Field(
+        "clip",
+        description="Correction for paths sampled by older weights: 'clip' takes the PPO ratio "
+        "against the sampling log-probs; 'tis' takes it against the learner's "
+        "recomputed log-probs times a truncated importance weight; 'none' treats every path "
+        "as on-policy (ratio 1, no correction: the staleness ablation's control).",
+    )
+    tis_cap: float = Field(
+        2.0, gt=0.0, description="Cap of the truncated importance weight (off_policy='tis')."
+    )
+    ratio_level: Literal["token", "sequence"] = Field(
+        "token",
+        description="Importance ratios per token, or per path (GSPO): exp of the mean "
+        "log-ratio over the path's tokens, clipped per path; 'sequence' also makes the TIS "
+        "weight per path.",
+    )
+    kl_in: Literal["loss", "reward"] = Field(
+        "loss",
+        description="Where the KL to the reference goes: a term of the loss, or a per-token "
+        "penalty -coef * kl in the reward whose return-to-go is subtracted from each token's "
+        "advantage (REINFORCE++).",
+    )
+    kl_control: KLControl = Field(
+        default_factory=lambda: FixedKL(kind="fixed"),
+        description="KL coefficient: {kind: fixed} keeps kl_coef; {kind: adaptive, target, "
+        "horizon} steers it so the measured KL tracks target (docs/algorithms.md).",
+    )
+    max_grad_norm: float = Field(1.0, gt=0.0, description="Gradient clipping.")
+    micro_batch_paths: int = Field(
+        256, ge=1, description="Paths per forward/backward chunk (memory bound)."
+    )
+    seed: int = Field(0, description="Torch seed of the learner.")
+    max_skipped_steps: int = Field(
+        3,
+        ge=1,
+        description="Fail the run after this many updates in a row skipped for a non-finite "
+        "loss or gradient (each skip leaves weights and optimizer state untouched).",
+    )
+
+    @model_validator(mode="after")
+    def _ppo_needs_a_fixed_old_policy(self):
+        if self.estimator == "ppo" and self.off_policy != "clip":
+            raise ValueError(
+                "estimator ppo takes off_policy clip: its epochs need ratios against a fixed "
+                "old policy (the sampler's log-probs), and tis recomputes them every pass"
+            )
+        return self
+
+    @model_validator(mode="after")
+    def _adaptive_kl_needs_a_start(self):
+        if self.kl_control.kind == "adaptive" and self.kl_coef <= 0:
+            raise ValueError(
+                "kl_control adaptive needs kl_coef > 0: its starting value (0 loads no "
+                "reference model and would stay 0)"
+            )
+        return self
