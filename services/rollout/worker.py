@@ -1,7 +1,11 @@
-"""The rollout worker loop: prompt job → N paths → ScoreBatch → scored group → ack.
+"""The rollout worker loop: claim a prompt job → reload weights if due → generate → explore and
+select → score → publish the scored group (which acks the job).
 
-Between jobs the worker checks the run's weight pointer and reloads the engine in place when
-a newer version is published, so every path carries the version that produced it.
+``step`` and ``process`` are the loop on one page; each stage is a method a unit test can drive
+with fakes (an in-memory queue, a recording engine, a fake reward stub: tests/unit/services/
+rollout/test_worker_loop.py). Between jobs the worker checks the run's weight pointer and reloads
+the engine in place when a newer version is published, so every path carries the version that
+produced it.
 """
 
 from __future__ import annotations
@@ -9,20 +13,26 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Callable
 
 import grpc
+import numpy as np
 from google.protobuf.message import DecodeError
 
 from brorl import queue as q
-from brorl import rpc, sampling
-from brorl.v1 import common_pb2, reward_pb2
-from services.rollout.explore.select import select
+from brorl import sampling
+from brorl.contract import ConsumerGroup
+from brorl.v1 import common_pb2
+from services.rollout.config import RolloutServiceConfig
+from services.rollout.explore.select import Selection, select
 from services.rollout.samples import to_paths
+from services.rollout.scoring import RewardCalls
 from services.rollout.weight_sync import WeightSync
 
 log = logging.getLogger(__name__)
+
+DEFAULTS = {k: f.default for k, f in RolloutServiceConfig.model_fields.items()}
 
 
 @dataclass
@@ -31,6 +41,26 @@ class WorkerStats:
     tokens_generated: int = 0
     groups_published: int = 0
     reloads: int = 0
+
+
+@dataclass(frozen=True)
+class Claimed:
+    """A job this worker holds: its run's channels, the queue it came from, the delivery."""
+
+    channels: q.RunChannels
+    queue: q.StreamQueue
+    delivery: q.Delivery
+
+
+@dataclass
+class Generated:
+    """What one engine call gave for a job."""
+
+    version: int  # the weight version that sampled it
+    prompt_ids: list[int]  # the prompt's token ids as sampled from
+    samples: list  # engine Samples (services/rollout/engine.py)
+    phases: dict[str, float] = field(default_factory=dict)  # the engine's own time breakdown
+    seconds: dict[str, float] = field(default_factory=dict)  # generate / score wall-clock
 
 
 class RolloutWorker:
@@ -43,21 +73,19 @@ class RolloutWorker:
         reward_stub,
         *,
         run_id: str = "",
-        claim_idle_ms: int = 30_000,
-        reward_deadline_s: float = 120.0,
-        weight_fetch_deadline_s: float = 60.0,
+        claim_idle_ms: int = DEFAULTS["claim_idle_ms"],
+        reward_deadline_s: float = DEFAULTS["reward_deadline_s"],
+        weight_fetch_deadline_s: float = DEFAULTS["weight_fetch_deadline_s"],
         stats: WorkerStats | None = None,
     ):
         """``registry`` says which run to follow (unless ``run_id`` fixes one); ``open_run``
-        gives a run's channels (brorl.queue.RunChannels)."""
-        self.engine = engine
-        self.lock = engine_lock
-        self.registry = registry
-        self.open_run = open_run
-        self.reward = reward_stub
+        gives a run's channels (brorl.queue.RunChannels). The deadlines and the claim idle
+        time default to the rollout config's (services/rollout/config.py owns them)."""
+        self.engine, self.lock = engine, engine_lock
+        self.registry, self.open_run = registry, open_run
+        self.rewards = RewardCalls(reward_stub, reward_deadline_s)
         self.fixed_run_id = run_id
         self.claim_idle_ms = claim_idle_ms
-        self.reward_deadline_s = reward_deadline_s
         self.stats = stats or WorkerStats()
         self.name = q.consumer_name()
         self._runs: dict[str, tuple[q.RunChannels, q.StreamQueue]] = {}
@@ -76,6 +104,146 @@ class RolloutWorker:
                 log.exception("worker step failed; retrying in 2 s")
                 stop.wait(2.0)
 
+    # -- the loop ------------------------------------------------------------------------------
+    def step(self) -> bool:
+        """One turn of the loop: at most one job; False when there was nothing to do."""
+        run_id = self.current_run()
+        if not run_id:
+            time.sleep(0.5)
+            return False
+        self.maybe_reload(run_id)  # between jobs: serve the run's newest published weights
+        channels, queue = self._channels(run_id)
+        for delivery in queue.read(count=1, block_ms=500):  # claim
+            with queue.lease(delivery.entry_id):  # a long job must not look like a dead worker's
+                self.process(channels, queue, delivery)
+            return True
+        return False
+
+    def process(self, channels: q.RunChannels, queue: q.StreamQueue, delivery: q.Delivery):
+        """A claimed job, start to end; publishing its group acks it."""
+        claim, between = Claimed(channels, queue, delivery), self._between_jobs()
+        job = self.decode(claim)
+        if job is None:
+            return
+        try:
+            gen = self.generate(job)
+        except ValueError as exc:  # the engine refuses this prompt: retrying cannot help
+            return self.publish(claim, job, self.error_group(claim, job, str(exc)))
+        chosen = self.select(job, gen)
+        paths = self.paths(job, gen, chosen)
+        if not self.score(claim, job, paths, gen):
+            return  # the reward service refused the job: dead-lettered
+        self.publish(claim, job, self.group(claim, job, gen, chosen, paths, between))
+
+    # -- its stages ----------------------------------------------------------------------------
+    def decode(self, claim: Claimed) -> common_pb2.PromptJob | None:
+        """The job, or None after dead-lettering an entry that is not one."""
+        data = claim.delivery.data
+        try:
+            return common_pb2.PromptJob.FromString(data)
+        except DecodeError as exc:
+            claim.queue.dead_letter(claim.delivery.entry_id, data, f"not a PromptJob: {exc}")
+            return None
+
+    def generate(self, job: common_pb2.PromptJob) -> Generated:
+        """The job's candidates from the engine, sampled from the learner's prompt token ids
+        when the job carries them (the ids the learner trains on), else from its text."""
+        start = time.perf_counter()
+        kwargs = sampling.effective(job.sampling).engine_kwargs()
+        kwargs["n"] = sampling.candidates(job)  # hierarchical: M candidates, keep n
+        prompt = list(job.prompt_token_ids) or job.prompt
+        with self.lock:
+            version = self.engine.weight_version
+            [(prompt_ids, samples)] = self.engine.generate([prompt], **kwargs)
+            phases = dict(getattr(self.engine, "last_phases", {}))
+        self.stats.paths_generated += len(samples)
+        self.stats.tokens_generated += sum(len(x.token_ids) for x in samples)
+        gen = Generated(version, list(prompt_ids), samples, phases)
+        gen.seconds["generate"] = time.perf_counter() - start
+        return gen
+
+    def select(self, job: common_pb2.PromptJob, gen: Generated) -> Selection:
+        """Which candidates the group keeps, with their weights (services/rollout/explore/)."""
+
+        def prefix_scores(reward_fn: str, indices: list[int], prefix_tokens: int):
+            texts = {
+                i: self.engine.decode(list(gen.samples[i].token_ids)[:prefix_tokens])
+                if prefix_tokens
+                else gen.samples[i].text
+                for i in indices
+            }
+            return np.array(self.rewards.prefix_scores(job, texts, reward_fn), dtype=np.float64)
+
+        return select(gen.samples, job.sampling.n, job.explore, prefix_scores)
+
+    def paths(self, job, gen: Generated, chosen: Selection) -> list[common_pb2.Path]:
+        return to_paths(
+            [gen.samples[i] for i in chosen.kept],
+            group_id=job.group_id,
+            prompt_id=job.prompt_id,
+            version=gen.version,
+            sampling=job.sampling,
+            worker=self.name,
+            offset=job.path_offset,
+            weights=[chosen.weights[i] for i in chosen.kept],
+        )
+
+    def score(self, claim: Claimed, job, paths: list[common_pb2.Path], gen: Generated) -> bool:
+        """Rewards (and the verifier's) on ``paths``; False when the reward service refused
+        the job (INVALID_ARGUMENT: dead-lettered). Other errors propagate: the job stays
+        pending and is retried or reclaimed."""
+        start = time.perf_counter()
+        try:
+            self.rewards.score(job, paths)
+        except grpc.RpcError as exc:
+            if exc.code() != grpc.StatusCode.INVALID_ARGUMENT:
+                raise
+            reason = f"reward service refused the job: {exc.details()}"
+            claim.queue.dead_letter(claim.delivery.entry_id, claim.delivery.data, reason)
+            return False
+        gen.seconds["score"] = time.perf_counter() - start
+        return True
+
+    def group(self, claim: Claimed, job, gen: Generated, chosen: Selection, paths, between):
+        return common_pb2.PathGroup(
+            **self._group_fields(claim, job, gen.version),
+            prompt_token_ids=gen.prompt_ids,
+            paths=paths,
+            generate_seconds=gen.seconds["generate"],
+            score_seconds=gen.seconds["score"],
+            generated=len(gen.samples),
+            dropped=chosen.dropped,
+            stats={**chosen.stats, **between, **gen.phases},
+        )
+
+    def error_group(self, claim: Claimed, job, reason: str) -> common_pb2.PathGroup:
+        """An empty group carrying the engine's refusal (e.g. a prompt longer than the
+        context), so the learner counts it at once and moves on."""
+        fields = self._group_fields(claim, job, self.engine.weight_version)
+        return common_pb2.PathGroup(**fields, error=reason[:1000])
+
+    def publish(self, claim: Claimed, job, group: common_pb2.PathGroup) -> None:
+        """Publish the group once per job id and ack the job, atomically (brorl.queue)."""
+        start = time.perf_counter()
+        data = group.SerializeToString()
+        fresh = claim.channels.publish_group(claim.queue, claim.delivery.entry_id, job.job_id, data)
+        self._publish_s = time.perf_counter() - start
+        self._free_since = time.perf_counter()
+        if group.error:
+            log.warning("job %s refused by the engine: %s", job.job_id, group.error)
+            return
+        self.stats.groups_published += int(fresh)
+        log.info(
+            "group %s: %d paths v%d gen %.2fs score %.2fs%s",
+            job.group_id,
+            len(group.paths),
+            group.weight_version,
+            group.generate_seconds,
+            group.score_seconds,
+            "" if fresh else " (duplicate, dropped)",
+        )
+
+    # -- between jobs --------------------------------------------------------------------------
     def current_run(self) -> str:
         return self.fixed_run_id or self.registry.active()
 
@@ -84,24 +252,10 @@ class RolloutWorker:
         if run_id not in self._runs:
             channels = self.open_run(run_id)
             queue = channels.prompt_queue(
-                "rollout", consumer=self.name, claim_idle_ms=self.claim_idle_ms
+                ConsumerGroup.ROLLOUT, consumer=self.name, claim_idle_ms=self.claim_idle_ms
             )
             self._runs[run_id] = (channels, queue)
         return self._runs[run_id]
-
-    def step(self) -> bool:
-        """Process at most one prompt job; False when there was nothing to do."""
-        run_id = self.current_run()
-        if not run_id:
-            time.sleep(0.5)
-            return False
-        self.maybe_reload(run_id)
-        channels, queue = self._channels(run_id)
-        deliveries = queue.read(count=1, block_ms=500)
-        for d in deliveries:
-            with queue.lease(d.entry_id):  # a long job must not look like a dead worker's
-                self.process(channels, queue, d)
-        return bool(deliveries)
 
     def maybe_reload(self, run_id: str) -> None:
         """Serve the run's newest published version (services/rollout/weight_sync.py). Versions
@@ -125,179 +279,29 @@ class RolloutWorker:
         """The run whose published weights the engine holds ("" = the model directory)."""
         return self.weights.loaded_run
 
-    def process(self, channels: q.RunChannels, queue: q.StreamQueue, delivery: q.Delivery) -> None:
-        between = {  # since the previous job: publishing it, reloading weights, waiting for work
+    def _between_jobs(self) -> dict[str, float]:
+        """Since the previous job: publishing it, reloading weights, waiting for work."""
+        out = {
             "rollout/publish_s": self._publish_s,
             "rollout/reload_s": self._reload_s,
             "rollout/idle_s": max(time.perf_counter() - self._free_since - self._reload_s, 0.0),
             **{k: float(v) for k, v in self.weights.counts.items()},  # cumulative, this worker
         }
         self._reload_s = 0.0
-        try:
-            job = common_pb2.PromptJob.FromString(delivery.data)
-        except DecodeError as exc:
-            queue.dead_letter(delivery.entry_id, delivery.data, f"not a PromptJob: {exc}")
-            return
-        start = time.perf_counter()
-        n_keep = job.sampling.n
-        kwargs = sampling.effective(job.sampling).engine_kwargs()
-        kwargs["n"] = sampling.candidates(job)  # hierarchical: M candidates, keep n
-        try:
-            with self.lock:
-                version = self.engine.weight_version
-                [(prompt_ids, samples)] = self.engine.generate([job.prompt], **kwargs)
-                engine_phases = dict(getattr(self.engine, "last_phases", {}))
-        except ValueError as exc:  # the engine refuses this prompt: retrying cannot help
-            self.reject(channels, queue, delivery, job, str(exc))
-            return
-        gen_s = time.perf_counter() - start
-        start = time.perf_counter()
-        chosen = select(
-            samples,
-            n_keep,
-            job.explore,
-            lambda fn, idx, prefix: self.prefix_scores(job, samples, fn, idx, prefix),
-        )
-        paths = to_paths(
-            [samples[i] for i in chosen.kept],
-            group_id=job.group_id,
-            prompt_id=job.prompt_id,
-            version=version,
-            sampling=job.sampling,
-            worker=self.name,
-            offset=job.path_offset,
-            weights=[chosen.weights[i] for i in chosen.kept],
-        )
-        try:
-            self.score(job, paths)
-        except grpc.RpcError as exc:
-            if exc.code() != grpc.StatusCode.INVALID_ARGUMENT:
-                raise  # transient: the job stays pending and is retried / reclaimed
-            queue.dead_letter(
-                delivery.entry_id, delivery.data, f"reward service refused the job: {exc.details()}"
-            )
-            return
-        score_s = time.perf_counter() - start
-        group = common_pb2.PathGroup(
-            run_id=channels.run_id,
+        return out
+
+    def _group_fields(self, claim: Claimed, job, version: int) -> dict:
+        """What every group of ``job`` carries, scored or not."""
+        return dict(
+            run_id=claim.channels.run_id,
             group_id=job.group_id,
             prompt_id=job.prompt_id,
             prompt=job.prompt,
-            prompt_token_ids=prompt_ids,
             reference=job.reference,
-            paths=paths,
             weight_version=version,
             worker=self.name,
-            generate_seconds=gen_s,
-            score_seconds=score_s,
             part_index=job.part_index,
             part_count=job.part_count,
-            generated=len(samples),
-            dropped=chosen.dropped,
-            stats={**chosen.stats, **between, **engine_phases},
             eval=job.eval,
             extra=job.extra,
         )
-        start = time.perf_counter()
-        fresh = channels.publish_group(
-            queue, delivery.entry_id, job.job_id, group.SerializeToString()
-        )
-        self._publish_s = time.perf_counter() - start
-        self.stats.paths_generated += len(samples)
-        self.stats.tokens_generated += sum(len(x.token_ids) for x in samples)
-        self.stats.groups_published += int(fresh)
-        self._free_since = time.perf_counter()
-        log.info(
-            "group %s: %d paths v%d gen %.2fs score %.2fs%s",
-            job.group_id,
-            len(paths),
-            version,
-            gen_s,
-            score_s,
-            "" if fresh else " (duplicate, dropped)",
-        )
-
-    def reject(self, channels, queue, delivery: q.Delivery, job, reason: str) -> None:
-        """Answer a job the engine cannot take (e.g. a prompt longer than the context) at once
-        with an empty group carrying the error, so the learner counts it and moves on."""
-        group = common_pb2.PathGroup(
-            run_id=channels.run_id,
-            group_id=job.group_id,
-            prompt_id=job.prompt_id,
-            prompt=job.prompt,
-            reference=job.reference,
-            weight_version=self.engine.weight_version,
-            worker=self.name,
-            part_index=job.part_index,
-            part_count=job.part_count,
-            error=reason[:1000],
-            eval=job.eval,
-            extra=job.extra,
-        )
-        channels.publish_group(queue, delivery.entry_id, job.job_id, group.SerializeToString())
-        self._free_since = time.perf_counter()
-        log.warning("job %s refused by the engine: %s", job.job_id, reason)
-
-    def prefix_scores(self, job, samples, reward_fn: str, indices: list[int], prefix_tokens: int):
-        """Quality predictor: a reward function (e.g. a trained reward model) on path prefixes."""
-        import numpy as np
-
-        texts = [
-            self.engine.decode(list(samples[i].token_ids)[:prefix_tokens])
-            if prefix_tokens
-            else samples[i].text
-            for i in indices
-        ]
-        request = reward_pb2.ScoreBatchRequest(
-            reward_fn=reward_fn,
-            items=[
-                reward_pb2.ScoreRequest(
-                    id=str(i),
-                    prompt=job.prompt,
-                    completion=t,
-                    reference=job.reference,
-                    extra=job.extra,
-                )
-                for i, t in zip(indices, texts)
-            ],
-        )
-        return np.array([r.reward for r in self._call_reward(request).results], dtype=np.float64)
-
-    def score(self, job: common_pb2.PromptJob, paths: list[common_pb2.Path]) -> None:
-        if not paths:
-            return
-        for path, result in zip(paths, self._score_with(job.reward_fn, job, paths)):
-            path.reward = result.reward
-            path.reward_status = result.status
-            path.reward_components.update(result.components)
-        if job.verifier_fn:
-            self.verify(job, paths)
-
-    def verify(self, job: common_pb2.PromptJob, paths: list[common_pb2.Path]) -> None:
-        """The run's held-out verifier on its sample of the paths (the learner's reward-hacking
-        monitor compares it with the training reward; it never enters the update)."""
-        sample = [p for p in paths if sampling.verifies(p.path_id, job.verifier_sample)]
-        for path, result in zip(sample, self._score_with(job.verifier_fn, job, sample)):
-            path.verifier_reward = result.reward
-            path.verifier_status = result.status or "ok"
-
-    def _score_with(self, reward_fn: str, job, paths: list[common_pb2.Path]) -> list:
-        if not paths:
-            return []
-        request = reward_pb2.ScoreBatchRequest(
-            reward_fn=reward_fn,
-            items=[
-                reward_pb2.ScoreRequest(
-                    id=p.path_id,
-                    prompt=job.prompt,
-                    completion=p.text,
-                    reference=job.reference,
-                    extra=job.extra,
-                )
-                for p in paths
-            ],
-        )
-        return list(self._call_reward(request).results)
-
-    def _call_reward(self, request):
-        return rpc.call_with_retry(self.reward.ScoreBatch, request, timeout=self.reward_deadline_s)

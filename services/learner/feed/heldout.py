@@ -93,6 +93,7 @@ class HeldoutEval:
                 group_id=group_id,
                 prompt_id=f"e{i}",
                 prompt=prompt.text,
+                prompt_token_ids=prompt.token_ids,
                 reference=prompt.reference,
                 extra=prompt.extra,
                 sampling=params,

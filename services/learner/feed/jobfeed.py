@@ -102,6 +102,7 @@ class JobFeed:
                 group_id=f"g{cursor}",
                 prompt_id=f"p{index}",
                 prompt=prompt.text,
+                prompt_token_ids=prompt.token_ids,
                 reference=prompt.reference,
                 extra=prompt.extra,
                 reward_fn=self.cfg.reward_fn,

@@ -12,6 +12,7 @@ to the reward function (``ScoreRequest.extra``). Values that are not strings are
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import random
@@ -32,6 +33,10 @@ class Prompt:
     text: str
     reference: str
     extra: dict[str, str] = field(default_factory=dict)
+    # The prompt as the model's tokenizer encodes it, once, at load: the context check counts
+    # these and the jobs carry them, so the worker samples from (and the learner trains on)
+    # exactly these ids. Empty without a tokenizer (the worker then tokenizes the text).
+    token_ids: tuple[int, ...] = ()
 
 
 @dataclass
@@ -162,12 +167,14 @@ def load_run_prompts(cfg: RunConfig) -> RunPrompts:
     elif data.eval_fraction > 0:
         train, heldout = split_heldout(train, data.eval_fraction, data.shuffle_seed)
     heldout = heldout[: data.eval_max_prompts]
+    if tokenizer is not None:
+        train, heldout = _tokenized(train, tokenizer), _tokenized(heldout, tokenizer)
     context = model_context(cfg.model)
     too_long = 0
     if tokenizer is not None and context is not None:
         budget = context - cfg.sampling.max_tokens
-        train, too_long = _fitting(train, tokenizer, budget)
-        heldout, heldout_too_long = _fitting(heldout, tokenizer, budget)
+        train, too_long = _fitting(train, budget)
+        heldout, heldout_too_long = _fitting(heldout, budget)
         too_long += heldout_too_long
         if too_long:
             log.warning(
@@ -203,12 +210,17 @@ def split_heldout(prompts: list[Prompt], fraction: float, seed: int):
     return [p for i, p in enumerate(prompts) if i not in held], [prompts[i] for i in order[:k]]
 
 
-def _fitting(prompts: list[Prompt], tokenizer, budget: int) -> tuple[list[Prompt], int]:
+def _tokenized(prompts: list[Prompt], tokenizer) -> list[Prompt]:
+    """``prompts`` with their token ids, encoded as the rollout engine would encode the text
+    (special tokens added as by default)."""
     if not prompts:
-        return prompts, 0
-    # Counted as the rollout engine tokenizes a prompt (special tokens added as by default).
-    lengths = [len(ids) for ids in tokenizer([p.text for p in prompts])["input_ids"]]
-    keep = [p for p, n in zip(prompts, lengths) if n <= budget]
+        return prompts
+    ids = tokenizer([p.text for p in prompts])["input_ids"]
+    return [dataclasses.replace(p, token_ids=tuple(i)) for p, i in zip(prompts, ids)]
+
+
+def _fitting(prompts: list[Prompt], budget: int) -> tuple[list[Prompt], int]:
+    keep = [p for p in prompts if len(p.token_ids) <= budget]
     return keep, len(prompts) - len(keep)
 
 

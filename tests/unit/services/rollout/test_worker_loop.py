@@ -1,0 +1,228 @@
+"""The rollout worker's loop (services/rollout/worker.py ``step``/``process``) stage by stage,
+without vLLM, Redis or a reward service: an in-memory queue, an engine that tokenizes text its
+own way, a reward stub that records what it scored.
+
+Each stage of the loop is pinned by a test that fails when the stage is removed: the claim (the
+job is taken and its group published), the reload (the group carries the new version), the
+selection (an oversampled job keeps n of its M candidates), the scoring (rewards and statuses
+set), the publish and ack (the group is on the paths stream, the job no longer pending), and
+sampling from the learner's token ids (the group's prompt ids are the job's, not a
+re-tokenization of its text)."""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+
+import grpc
+import pytest
+
+from brorl.contract import RewardStatus
+from brorl.v1 import common_pb2, reward_pb2
+from brorl.weights.store import WeightStore
+from services.rollout.worker import RolloutWorker
+from tests.memory_queue import MemoryChannels, MemoryRegistry
+
+
+@dataclass
+class Sample:
+    token_ids: list
+    logprobs: list
+    text: str
+    finish_reason: str = "length"
+
+
+class TokenizingEngine:
+    """Samples n paths; a text prompt is tokenized as one id per character + 100, which no
+    learner tokenizer here produces, so a re-tokenized prompt is visible in the group."""
+
+    def __init__(self):
+        self.weight_version = 0
+        self.prompts: list = []
+        self.loads: list[int] = []
+
+    def generate(self, prompts, **kwargs):
+        [prompt] = prompts
+        self.prompts.append(prompt)
+        ids = list(prompt) if isinstance(prompt, list) else [100 + ord(c) for c in prompt]
+        samples = [Sample([5 + i % 3, 6], [-0.5, -0.7], f"c{i}") for i in range(kwargs["n"])]
+        return [(ids, samples)]
+
+    def decode(self, ids):
+        return "".join(map(str, ids))
+
+    def load_weights(self, path: str, version: int) -> None:
+        self.loads.append(version)
+        self.weight_version = version
+
+
+class RecordingReward:
+    def __init__(self, refuse: grpc.StatusCode | None = None):
+        self.requests: list = []
+        self.refuse = refuse
+
+    def ScoreBatch(self, request, timeout=None):
+        self.requests.append(request)
+        if self.refuse is not None:
+            raise Refused(self.refuse)
+        return reward_pb2.ScoreBatchResponse(
+            results=[
+                reward_pb2.ScoreResult(id=i.id, reward=float(n % 2), status=RewardStatus.OK)
+                for n, i in enumerate(request.items)
+            ]
+        )
+
+
+class Refused(grpc.RpcError):
+    def __init__(self, code):
+        self._code = code
+
+    def code(self):
+        return self._code
+
+    def details(self):
+        return "bad job"
+
+
+def worker_for(channels, engine=None, reward=None) -> RolloutWorker:
+    return RolloutWorker(
+        engine or TokenizingEngine(),
+        threading.Lock(),
+        MemoryRegistry(),
+        lambda run: channels,
+        reward or RecordingReward(),
+        run_id=channels.run_id,
+    )
+
+
+def put_job(channels, i=0, n=4, **fields) -> common_pb2.PromptJob:
+    job = common_pb2.PromptJob(
+        run_id=channels.run_id,
+        job_id=f"{channels.run_id}/e/{i}/0",
+        group_id=f"g{i}",
+        prompt_id=f"p{i}",
+        prompt="1+1=",
+        reference="2",
+        reward_fn="exact_match",
+        part_count=1,
+        sampling=common_pb2.SamplingParams(n=n, temperature=1.0),
+        **fields,
+    )
+    channels.prompts.put(job.SerializeToString())
+    return job
+
+
+def groups(channels) -> list[common_pb2.PathGroup]:
+    return [common_pb2.PathGroup.FromString(d.data) for d in channels.paths.read(count=100)]
+
+
+def test_one_step_claims_generates_scores_publishes_and_acks():
+    channels = MemoryChannels("r1")
+    worker = worker_for(channels)
+    put_job(channels)
+    assert worker.step() is True  # claimed and processed
+    assert not channels.prompts.pending and not channels.prompts.new  # acked
+    [group] = groups(channels)  # published once
+    assert group.group_id == "g0" and len(group.paths) == 4 and group.generated == 4
+    assert [p.reward for p in group.paths] == [0.0, 1.0, 0.0, 1.0]  # scored
+    assert all(p.reward_status == RewardStatus.OK for p in group.paths)
+    assert [p.path_id for p in group.paths] == [f"g0/{i}" for i in range(4)]
+    assert group.score_seconds >= 0 and group.generate_seconds >= 0
+    assert worker.stats.groups_published == 1 and worker.stats.paths_generated == 4
+    assert worker.step() is False  # nothing left
+
+
+def test_the_worker_samples_from_the_learners_token_ids():
+    """The learner sends the ids it checked against the context and trains on; the worker must
+    sample from exactly those, not re-tokenize the text (this engine would tokenize it into
+    other ids)."""
+    channels = MemoryChannels("r1")
+    engine = TokenizingEngine()
+    worker = worker_for(channels, engine)
+    put_job(channels, prompt_token_ids=[7, 8, 9])
+    worker.step()
+    assert engine.prompts == [[7, 8, 9]]
+    [group] = groups(channels)
+    assert list(group.prompt_token_ids) == [7, 8, 9]
+    assert group.prompt == "1+1="  # the text stays for the reward
+    assert [i.prompt for i in worker.rewards.stub.requests[0].items] == ["1+1="] * 4
+
+
+def test_a_job_without_token_ids_is_tokenized_by_the_engine():
+    channels = MemoryChannels("r1")
+    engine = TokenizingEngine()
+    put_job(channels)
+    worker_for(channels, engine).step()
+    [group] = groups(channels)
+    assert engine.prompts == ["1+1="]
+    assert list(group.prompt_token_ids) == [100 + ord(c) for c in "1+1="]
+
+
+def test_a_newer_weight_version_is_loaded_before_the_job(tmp_path):
+    store = WeightStore(tmp_path / "weights")
+    staging = store.staging_dir(3)
+    (staging / "model.safetensors").write_bytes(b"w")
+    channels = MemoryChannels("r1")
+    channels.publish_weights(store.commit(3, staging))
+    engine = TokenizingEngine()
+    worker = worker_for(channels, engine)
+    put_job(channels)
+    worker.step()
+    assert engine.loads == [3]
+    [group] = groups(channels)
+    assert group.weight_version == 3 and {p.weight_version for p in group.paths} == {3}
+    assert worker.stats.reloads == 1
+
+
+def test_an_oversampled_job_keeps_n_of_its_candidates():
+    channels = MemoryChannels("r1")
+    worker = worker_for(channels)
+    put_job(channels, n=4, explore=common_pb2.ExploreParams(oversample_m=8))
+    worker.step()
+    [group] = groups(channels)
+    assert group.generated == 8 and len(group.paths) == 4
+    assert dict(group.dropped) == {"oversample": 4}
+
+
+def test_a_job_the_reward_service_refuses_is_dead_lettered():
+    channels = MemoryChannels("r1")
+    worker = worker_for(channels, reward=RecordingReward(grpc.StatusCode.INVALID_ARGUMENT))
+    put_job(channels)
+    worker.step()
+    assert groups(channels) == []
+    assert [reason for _, reason in channels.prompts.dead] == [
+        "reward service refused the job: bad job"
+    ]
+
+
+def test_a_reward_outage_leaves_the_job_pending_for_a_retry(monkeypatch):
+    monkeypatch.setattr("brorl.rpc.call_with_retry", lambda fn, req, timeout: fn(req, timeout))
+    channels = MemoryChannels("r1")
+    worker = worker_for(channels, reward=RecordingReward(grpc.StatusCode.UNAVAILABLE))
+    put_job(channels)
+    with pytest.raises(grpc.RpcError):
+        worker.step()
+    assert groups(channels) == [] and len(channels.prompts.pending) == 1
+
+
+def test_an_entry_that_is_not_a_job_is_dead_lettered():
+    channels = MemoryChannels("r1")
+    worker = worker_for(channels)
+    channels.prompts.put(b"\xff not a protobuf")
+    worker.step()
+    assert groups(channels) == [] and not channels.prompts.pending
+    assert channels.prompts.dead[0][1].startswith("not a PromptJob")
+
+
+def test_a_prompt_the_engine_refuses_comes_back_as_an_error_group():
+    class Refusing(TokenizingEngine):
+        def generate(self, prompts, **kwargs):
+            raise ValueError("prompt is longer than the maximum model length 16")
+
+    channels = MemoryChannels("r1")
+    worker = worker_for(channels, Refusing())
+    put_job(channels)
+    worker.step()
+    [group] = groups(channels)
+    assert group.error.startswith("prompt is longer") and not group.paths
+    assert not channels.prompts.pending  # acked with the error group
