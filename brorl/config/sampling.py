@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Annotated, Literal, Union
 
-from pydantic import Field, PrivateAttr, model_validator
+from pydantic import Field, PrivateAttr, ValidationInfo, field_validator, model_validator
 
 from brorl.config import schedule
 from brorl.config.base import StrictModel
@@ -139,6 +139,20 @@ class SamplingConfig(StrictModel):
         "{kind: staged, bounds: [1000, 3000], temps: [1.3, 0.9, 0.7]} or "
         "{kind: linear, t0: 1.2, t1: 0.7, steps: 2000} or {kind: constant, t: 1.0}.",
     )
+
+    @field_validator("temperature")
+    @classmethod
+    def _greedy_samples_one_path(cls, t: float, info: ValidationInfo) -> float:
+        """Temperature 0 is greedy: one path per prompt. Refused here, at StartRun, for groups
+        of more (the engine would refuse every job of the run)."""
+        budget = info.data.get("budget")
+        widest = max(info.data.get("n", 1), getattr(budget, "n_max", 0))
+        if t == 0 and widest > 1:
+            raise ValueError(
+                f"0 is greedy (one path per prompt) but groups take {widest} paths "
+                "(sampling.n / budget.n_max): set a temperature > 0, or n: 1"
+            )
+        return t
 
     def temperature_at(self, step: int) -> float:
         """The sampling temperature of prompt jobs enqueued at learner ``step``."""

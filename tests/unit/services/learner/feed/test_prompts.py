@@ -165,3 +165,28 @@ def test_heldout_from_a_file_or_a_split_and_the_eval_checks(tmp_path, model_dir)
         load_run_prompts(cfg(model_dir, tmp_path / "dd", eval_every=5))
     with pytest.raises(ValueError, match="set one held-out source"):
         cfg(model_dir, tmp_path / "dd", eval_split="test", eval_fraction=0.1)
+
+
+def test_each_prompt_is_tokenized_once_and_its_jobs_carry_the_ids(tmp_path, model_dir):
+    """The context check counts these ids, and every job (training and held-out) carries them:
+    the worker samples from them, so the learner trains on the ids it checked."""
+    from demo.model import build_tokenizer
+    from services.learner.feed.heldout import HeldoutEval
+    from services.learner.feed.jobfeed import JobFeed
+    from tests.memory_queue import MemoryStreamQueue
+    from brorl.v1 import common_pb2
+
+    rows = [{"prompt": "12+34=", "reference": "46"}, {"prompt": "7+8=", "reference": "15"}]
+    run = cfg(model_dir, jsonl(tmp_path / "d.jsonl", rows), eval_fraction=0.5, eval_every=1)
+    got = load_run_prompts(run)
+    tokenizer = build_tokenizer()
+    for p in got.train + got.heldout:
+        assert p.token_ids == tuple(tokenizer(p.text)["input_ids"]) and p.token_ids
+    queue = MemoryStreamQueue()
+    JobFeed("r", run, got.train, queue, epoch="e").send(0, step=0)
+    HeldoutEval("r", run, got.heldout, queue, "e", emit=lambda *a: None, timeout_s=5).start(0)
+    jobs = [common_pb2.PromptJob.FromString(d.data) for d in queue.read(count=10)]
+    assert len(jobs) == 2 and {j.eval for j in jobs} == {False, True}
+    by_text = {p.text: p.token_ids for p in got.train + got.heldout}
+    for job in jobs:
+        assert tuple(job.prompt_token_ids) == by_text[job.prompt]
