@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from brorl import rpc
+from brorl.contract import LearnerWaits
 from brorl.security import SecurityConfig
 from brorl.v1 import (
     common_pb2,
@@ -34,7 +35,7 @@ class LearnerClient:
     ) -> learner_pb2.RunInfo:
         return self.stub.StartRun(
             learner_pb2.StartRunRequest(run_id=run_id, config_yaml=config_yaml, resume=resume),
-            timeout=120,
+            timeout=LearnerWaits.START_S,
         )
 
     def start_file(
@@ -51,10 +52,16 @@ class LearnerClient:
         )
 
     def stop(self, run_id: str) -> learner_pb2.RunInfo:
-        return self.stub.StopRun(learner_pb2.StopRunRequest(run_id=run_id), timeout=180)
+        return self.stub.StopRun(
+            learner_pb2.StopRunRequest(run_id=run_id),
+            timeout=LearnerWaits.deadline(LearnerWaits.STOP_S),
+        )
 
     def checkpoint(self, run_id: str) -> learner_pb2.CheckpointResponse:
-        return self.stub.Checkpoint(learner_pb2.CheckpointRequest(run_id=run_id), timeout=660)
+        return self.stub.Checkpoint(
+            learner_pb2.CheckpointRequest(run_id=run_id),
+            timeout=LearnerWaits.deadline(LearnerWaits.CHECKPOINT_S),
+        )
 
     def close(self) -> None:
         self.channel.close()

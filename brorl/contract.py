@@ -27,3 +27,17 @@ class ConsumerGroup:
 
     ROLLOUT = "rollout"  # brorl:{run}:prompts, read by rollout workers
     LEARNER = "learner"  # brorl:{run}:paths, read by the learner
+
+
+class LearnerWaits:
+    """How long LearnerService waits inside an RPC, and the deadline a client gives that RPC:
+    the wait plus ``MARGIN_S`` for the answer to travel back (brorl.client uses ``deadline``)."""
+
+    START_S = 120.0  # StartRun validates, loads the data and starts the run's thread
+    STOP_S = 120.0  # StopRun waits this long for the run's thread to end
+    CHECKPOINT_S = 600.0  # Checkpoint waits this long for the loop to write one
+    MARGIN_S = 60.0
+
+    @classmethod
+    def deadline(cls, wait_s: float) -> float:
+        return wait_s + cls.MARGIN_S

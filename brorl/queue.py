@@ -5,17 +5,23 @@ outages. The queues themselves are brorl.streams."""
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from dataclasses import dataclass
+from typing import Callable
 
 import redis
 
+from brorl.contract import ConsumerGroup
 from brorl.streams import Delivery, StreamQueue, _s, consumer_name
 from brorl.v1 import common_pb2
 
 __all__ = ["Delivery", "StreamQueue", "consumer_name"]
 
 log = logging.getLogger(__name__)
+
+# Which consumer group reads each stream of a run.
+CONSUMERS = {"prompts": ConsumerGroup.ROLLOUT, "paths": ConsumerGroup.LEARNER}
 
 
 def keys(run_id: str) -> dict[str, str]:
@@ -58,16 +64,21 @@ class RunChannels:
     def __init__(self, client: redis.Redis, run_id: str):
         self.r, self.run_id, self.keys = client, run_id, keys(run_id)
 
-    def prompt_queue(self, group: str, **options) -> "StreamQueue":
-        """Prompt jobs: the rollout workers consume them as group "rollout"."""
-        return StreamQueue(
-            self.r, self.keys["prompts"], group, dead_stream=self.keys["dead"], **options
-        )
+    def prompt_queue(self, **options) -> "StreamQueue":
+        """Prompt jobs, consumed by the rollout workers (brorl.contract.ConsumerGroup.ROLLOUT)."""
+        return self._queue("prompts", **options)
 
     def path_queue(self, **options) -> "StreamQueue":
-        """Scored path groups, consumed by the learner (group "learner")."""
+        """Scored path groups, consumed by the learner (ConsumerGroup.LEARNER)."""
+        return self._queue("paths", **options)
+
+    def _queue(self, stream: str, **options) -> "StreamQueue":
         return StreamQueue(
-            self.r, self.keys["paths"], "learner", dead_stream=self.keys["dead"], **options
+            self.r,
+            self.keys[stream],
+            CONSUMERS[stream],
+            dead_stream=self.keys["dead"],
+            **options,
         )
 
     def publish_group(
@@ -102,12 +113,12 @@ class RunChannels:
         return _s(newest[0][0]) if newest else "0-0"
 
     def stream_stats(self) -> dict[str, dict[str, int]]:
-        """The prompt and path streams, each with its consuming group ("rollout", "learner"):
+        """The prompt and path streams, each with its consuming group (``CONSUMERS``):
         ``length`` entries in the stream (XLEN), ``pending`` delivered but not yet acked, ``lag``
         not yet delivered (XINFO GROUPS). Consumed entries are deleted, so when Redis cannot
         tell the lag (deletions inside the group's range) it is length - pending."""
         out = {}
-        for name, group in (("prompts", "rollout"), ("paths", "learner")):
+        for name, group in CONSUMERS.items():
             key = self.keys[name]
             length = int(self.r.xlen(key))
             try:
@@ -168,11 +179,23 @@ def connect(url: str) -> redis.Redis:
     return client
 
 
-def retry_while_down(fn, outage_s: float, what: str = "a Redis call"):
+class Stopped(Exception):
+    """A retry while Redis was down ended because its caller's stop event was set."""
+
+
+def retry_while_down(
+    fn,
+    outage_s: float,
+    what: str = "a Redis call",
+    *,
+    stop: threading.Event | None = None,
+    on_down: Callable[[], None] | None = None,
+):
     """``fn()``, retried with backoff while Redis is down (restarting, unreachable); raises
     RedisUnavailable once it has been down for ``outage_s``. For idempotent calls only — an
     XADD whose reply was lost is sent twice, which publish-once and the learner's seen groups
-    absorb."""
+    absorb. ``on_down`` runs after every failed try (e.g. to re-read what was delivered);
+    with ``stop``, the waits end when it is set, raising Stopped."""
     deadline, delay = None, 0.2
     while True:
         try:
@@ -185,7 +208,12 @@ def retry_while_down(fn, outage_s: float, what: str = "a Redis call"):
                     f"Redis unreachable for {outage_s:.0f}s during {what}: {exc}"
                 ) from None
             log.warning("Redis down during %s (%s); retrying", what, exc)
-            time.sleep(delay)
+            if on_down is not None:
+                on_down()
+            if stop is None:
+                time.sleep(delay)
+            elif stop.wait(delay):
+                raise Stopped(what) from None
             delay = min(delay * 2, 2.0)
 
 

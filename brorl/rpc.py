@@ -19,6 +19,7 @@ from pydantic import Field
 
 from brorl.errors import BrorlError
 from brorl.security import BearerToken, SecurityConfig, TokenCheck
+from brorl.cluster import address
 
 if TYPE_CHECKING:  # brorl.metrics imports prometheus_client: a client of brorl.rpc needs none
     from brorl.metrics import Metrics
@@ -245,7 +246,7 @@ class Server:
 def metrics_bind_field(default_port: int):
     """The ``metrics_bind`` field of a service config (the same rule for all three)."""
     return Field(
-        f"127.0.0.1:{default_port}",
+        address(default_port),
         pattern=r"^(|.+:[0-9]+)$",
         description=(
             "host:port of the Prometheus /metrics endpoint; port 0 picks a free one (written to "

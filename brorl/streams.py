@@ -66,11 +66,17 @@ return 1
 """
 
 
+# A consumer that never takes over another's entries (the learner: the paths stream's only
+# consumer, whose un-acked parts wait in its assembler on purpose).
+NEVER_RECLAIM_MS = 2**31 - 1
+
+
 class StreamQueue:
     """One stream read by one consumer group.
 
     ``claim_idle_ms``: entries pending that long on another consumer are taken over (that
-    consumer is presumed dead). ``max_deliveries``: an entry handed out more often than this
+    consumer is presumed dead); by default never (the rollout workers pass their config's
+    ``claim_idle_ms``). ``max_deliveries``: an entry handed out more often than this
     goes to the dead-letter stream instead of being processed again.
     """
 
@@ -83,7 +89,7 @@ class StreamQueue:
         consumer: str | None = None,
         dead_stream: str | None = None,
         maxlen: int = 100_000,
-        claim_idle_ms: int = 60_000,
+        claim_idle_ms: int = NEVER_RECLAIM_MS,
         max_deliveries: int = 5,
     ):
         self.r = client

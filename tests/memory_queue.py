@@ -80,7 +80,7 @@ class MemoryChannels:
         self.pointers: list[common_pb2.WeightVersion] = []
         self.done: set[str] = set()
 
-    def prompt_queue(self, group: str, **options) -> MemoryStreamQueue:
+    def prompt_queue(self, **options) -> MemoryStreamQueue:
         return self.prompts
 
     def path_queue(self, **options) -> MemoryStreamQueue:

@@ -28,6 +28,7 @@ from brorl.apps.launcher import REPO_ROOT
 from brorl.config.base import load_config, parse_text
 from brorl.errors import BrorlError
 from brorl.security import SecurityConfig
+from brorl import cluster
 
 EXIT_FAILED = 1  # something started and then failed: a service died, a run failed
 EXIT_BAD_INPUT = 2  # an input is wrong or a service does not answer; nothing was started
@@ -189,7 +190,7 @@ def redis_ready(flag: str, url: str) -> None:
     try:
         client = redis.Redis.from_url(url, socket_connect_timeout=1, socket_timeout=1)
     except ValueError as exc:
-        raise BadInput(f"{flag} {url}", one_line(str(exc)), "pass e.g. redis://127.0.0.1:6379/0")
+        raise BadInput(f"{flag} {url}", one_line(str(exc)), f"pass e.g. {cluster.REDIS_URL}")
     try:
         client.ping()
         return

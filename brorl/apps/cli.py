@@ -36,6 +36,7 @@ from brorl.apps.scrape_targets import FILE_SD
 from brorl.apps.progress import watch_run
 from brorl.client import LearnerClient, RewardClient, RolloutClient
 from brorl.errors import BrorlError
+from brorl import cluster
 
 log = logging.getLogger("brorl")
 
@@ -214,12 +215,15 @@ def build_parser() -> argparse.ArgumentParser:
         "--learner-ranks", type=int, default=1, help="learner processes (data parallel, DeepSpeed)"
     )
     c.add_argument("--workdir", default=".cache/cluster")
-    c.add_argument("--redis-url", default="redis://127.0.0.1:6379/0")
+    c.add_argument("--redis-url", default=cluster.REDIS_URL)
     c.add_argument("--namespace", default="default", help="keeps clusters that share a Redis apart")
-    c.add_argument("--reward-port", type=int, default=50052)
-    c.add_argument("--learner-port", type=int, default=50053)
+    c.add_argument("--reward-port", type=int, default=cluster.DEFAULT.reward_port)
+    c.add_argument("--learner-port", type=int, default=cluster.DEFAULT.learner_port)
     c.add_argument(
-        "--rollout-base-port", type=int, default=50061, help="worker i listens on this port + i"
+        "--rollout-base-port",
+        type=int,
+        default=cluster.DEFAULT.rollout_base_port,
+        help="worker i listens on this port + i",
     )
     c.add_argument(
         "--read-root",
@@ -234,7 +238,7 @@ def build_parser() -> argparse.ArgumentParser:
     r = sub.add_parser("run", help="control runs on a learner")
     r.add_argument("action", choices=["start", "status", "watch", "stop", "checkpoint"])
     r.add_argument("target", help="config file (start) or run id")
-    r.add_argument("--learner", default="127.0.0.1:50053")
+    r.add_argument("--learner", default=cluster.address(cluster.DEFAULT.learner_port))
     r.add_argument("--run-id", default="")
     r.add_argument("--resume", action="store_true")
     r.add_argument("--watch", action="store_true")
@@ -243,7 +247,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     g = sub.add_parser("generate", help="sample paths from a rollout service")
     g.add_argument("prompt")
-    g.add_argument("--rollout", default="127.0.0.1:50061")
+    g.add_argument("--rollout", default=cluster.address(cluster.DEFAULT.rollout_base_port))
     g.add_argument("--n", type=int, default=4)
     g.add_argument("--temperature", type=float, default=1.0)
     g.add_argument("--top-k", type=int, default=-1)
@@ -253,7 +257,7 @@ def build_parser() -> argparse.ArgumentParser:
     g.set_defaults(handler=cmd_generate)
 
     s = sub.add_parser("score", help="score one completion with a reward function")
-    s.add_argument("--reward", default="127.0.0.1:50052")
+    s.add_argument("--reward", default=cluster.address(cluster.DEFAULT.reward_port))
     s.add_argument("--fn", default="math_answer")
     s.add_argument("--prompt", default="")
     s.add_argument("--completion", required=True)

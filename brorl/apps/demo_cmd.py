@@ -24,6 +24,7 @@ from brorl.apps import recipe, report
 from brorl.apps.launcher import REPO_ROOT, Cluster
 from brorl.apps.progress import watch_run
 from brorl.client import LearnerClient
+from brorl import cluster
 
 DEFAULT_CONFIG = recipe.CONFIGS / "demo.yaml"
 
@@ -43,9 +44,9 @@ def add_arguments(p) -> None:
         REPO_ROOT / ".cache" / "demo",
         "demo config overrides, e.g. run.train.steps=10 workers=1",
     )
-    p.add_argument("--learner-port", type=int, default=50053)
-    p.add_argument("--reward-port", type=int, default=50052)
-    p.add_argument("--rollout-base-port", type=int, default=50061)
+    p.add_argument("--learner-port", type=int, default=cluster.DEFAULT.learner_port)
+    p.add_argument("--reward-port", type=int, default=cluster.DEFAULT.reward_port)
+    p.add_argument("--rollout-base-port", type=int, default=cluster.DEFAULT.rollout_base_port)
 
 
 def run_demo(args) -> int:

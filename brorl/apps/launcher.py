@@ -24,6 +24,7 @@ import redis
 from brorl.apps import scrape_targets
 from brorl.rpc import metrics_port_file, wait_serving
 from brorl.security import SecurityConfig
+from brorl import cluster
 
 log = logging.getLogger(__name__)
 
@@ -53,11 +54,11 @@ class ClusterSpec:
     model: str
     workdir: Path
     rollout_workers: int = 2
-    redis_url: str = "redis://127.0.0.1:6379/0"
-    reward_port: int = 50052
-    rollout_base_port: int = 50061
-    learner_port: int = 50053
-    host: str = "127.0.0.1"
+    redis_url: str = cluster.REDIS_URL
+    reward_port: int = cluster.DEFAULT.reward_port
+    rollout_base_port: int = cluster.DEFAULT.rollout_base_port
+    learner_port: int = cluster.DEFAULT.learner_port
+    host: str = cluster.HOST
     rollout_overrides: dict = field(default_factory=dict)
     learner_overrides: dict = field(default_factory=dict)
     threads_per_process: int = 0  # 0: leave torch/OMP defaults
@@ -141,7 +142,7 @@ class Cluster:
             raise RuntimeError(
                 f"no Redis at {self.redis_url} and no redis-server binary to start one"
             )
-        port = redis.connection.parse_url(self.redis_url).get("port", 6379)
+        port = redis.connection.parse_url(self.redis_url).get("port", cluster.REDIS_PORT)
         self._spawn(
             "redis",
             [

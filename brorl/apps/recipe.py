@@ -29,6 +29,7 @@ from brorl.apps.launcher import REPO_ROOT, ClusterSpec
 from brorl.config.base import StrictModel, deep_merge, parse_overrides, parse_text, validate
 from brorl.errors import InvalidArgument
 from brorl.config.run import RunConfig
+from brorl import cluster
 
 CONFIGS = REPO_ROOT / "configs"
 
@@ -120,7 +121,7 @@ def add_arguments(
     the commands that give it (the demo names its ports one by one)."""
     p.add_argument("--config", default=str(config), help="settings (YAML)")
     p.add_argument("--workdir", default=str(workdir), help="cache, cluster logs and runs")
-    p.add_argument("--redis-url", default="redis://127.0.0.1:6379/0")
+    p.add_argument("--redis-url", default=cluster.REDIS_URL)
     if base_port is not None:
         p.add_argument(
             "--base-port",
@@ -133,8 +134,8 @@ def add_arguments(
 
 def base_port_layout(base: int) -> dict[str, int]:
     """The cluster's ports from a command's ``--base-port`` (sweep, study, and their checks):
-    reward this port, learner +1, rollout worker i +10+i."""
-    return {"reward_port": base, "learner_port": base + 1, "rollout_base_port": base + 10}
+    brorl.cluster's one rule (reward this port, learner +1, rollout worker i +10+i)."""
+    return cluster.ClusterLayout.from_base_port(base).ports()
 
 
 def load_recipe(cls: type[R], path: str | Path, overrides: Sequence[str] = ()) -> R:

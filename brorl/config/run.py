@@ -11,6 +11,7 @@ from typing import Literal
 
 from pydantic import Field, model_validator
 
+from brorl.contract import RewardStatus
 from brorl.config.base import StrictModel, parse_text, validate
 from brorl.config.monitors import MonitorsConfig
 from brorl.config.tracking import LoggingConfig
@@ -153,7 +154,7 @@ class AsyncConfig(StrictModel):
         "after this many seconds.",
     )
     excluded_reward_statuses: list[str] = Field(
-        default_factory=lambda: ["error", "timeout"],
+        default_factory=lambda: list(RewardStatus.FAILED),
         description="Reward statuses whose paths are left out of advantages and counted "
         "(a failed evaluation is not a zero reward); a group left with fewer than 2 paths is "
         "dropped as reward_failed. Non-finite rewards are always left out.",

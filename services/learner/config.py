@@ -5,15 +5,15 @@ from pydantic import Field
 from brorl.config.base import StrictModel
 from brorl.rpc import metrics_bind_field
 from brorl.security import SecurityConfig
+from brorl.cluster import DEFAULT, METRICS_PORTS, REDIS_URL, address
 
 
 class LearnerServiceConfig(StrictModel):
     bind: str = Field(
-        "127.0.0.1:50053", description="host:port of the LearnerService (port 0 picks a free one)."
+        address(DEFAULT.learner_port),
+        description="host:port of the LearnerService (port 0 picks a free one).",
     )
-    redis_url: str = Field(
-        "redis://127.0.0.1:6379/0", description="Redis holding the work streams."
-    )
+    redis_url: str = Field(REDIS_URL, description="Redis holding the work streams.")
     runs_dir: str = Field(
         "runs",
         description=(
@@ -52,7 +52,7 @@ class LearnerServiceConfig(StrictModel):
     torch_threads: int = Field(0, ge=0, description="torch intra-op threads (0: torch's default).")
     keep_weight_versions: int = Field(3, ge=1, description="Published versions kept in the store.")
     port_file: str = Field("", description="If set, the bound port is written here once serving.")
-    metrics_bind: str = metrics_bind_field(9453)
+    metrics_bind: str = metrics_bind_field(METRICS_PORTS["learner"])
     max_concurrent_rpcs: int = Field(
         32,
         ge=2,

@@ -20,6 +20,7 @@ import torch
 from brorl import queue as q
 from brorl import rpc
 from brorl.config.base import dump
+from brorl.contract import LearnerWaits
 from brorl.errors import FailedPrecondition, InvalidArgument, NotFound
 from brorl.metrics import Metrics
 from brorl.config.run import parse_run_config
@@ -181,7 +182,7 @@ class LearnerServicer(learner_pb2_grpc.LearnerServiceServicer):
         state.stop_requested.set()
         thread = self.threads.get(request.run_id)
         if thread:
-            thread.join(timeout=120)
+            thread.join(timeout=LearnerWaits.STOP_S)
         return self._info(state)
 
     @rpc.translate_errors
@@ -194,9 +195,10 @@ class LearnerServicer(learner_pb2_grpc.LearnerServiceServicer):
             return learner_pb2.CheckpointResponse(path=path, step=step)
         with state.checkpoint_done:
             state.checkpoint_requested.set()
-            if not state.checkpoint_done.wait(timeout=600):
+            if not state.checkpoint_done.wait(timeout=LearnerWaits.CHECKPOINT_S):
                 raise FailedPrecondition(
-                    "checkpoint did not complete within 600 s (is the run waiting for paths?)"
+                    f"checkpoint did not complete within {LearnerWaits.CHECKPOINT_S:.0f} s "
+                    "(is the run waiting for paths?)"
                 )
         path, step = state.last_checkpoint
         return learner_pb2.CheckpointResponse(path=path, step=step)

@@ -28,6 +28,7 @@ import numpy as np
 import torch
 
 from brorl.queue import RunChannels, RunRegistry, retry_while_down
+from brorl.streams import NEVER_RECLAIM_MS
 from brorl.config.run import RunConfig
 from brorl.weights.store import WeightStore
 from services.learner.intake.dead_letters import DeadLetterWatch
@@ -68,7 +69,7 @@ class Trainer:
         )
         self.data = prompts or load_run_prompts(cfg)
         epoch = uuid.uuid4().hex[:8]
-        jobs = channels.prompt_queue("rollout")
+        jobs = channels.prompt_queue()
         self.feed = JobFeed(run_id, cfg, self.data.train, jobs, epoch=epoch)
         self.heldout = HeldoutEval(
             run_id,
@@ -176,7 +177,7 @@ class Trainer:
         asynchrony = self.cfg.asynchrony
         dead = DeadLetterWatch(self.channels, self.feed.queue, asynchrony.dead_letter_retries)
         self.intake = GroupIntake(
-            self.channels.path_queue(claim_idle_ms=2**31 - 1),
+            self.channels.path_queue(claim_idle_ms=NEVER_RECLAIM_MS),
             asynchrony,
             on_consumed=lambda: self.feed.top_up(self.intake.consumed, self.step),
             lost_parts=dead.poll,

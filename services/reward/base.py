@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import Protocol
+from brorl.contract import RewardStatus
 
 
 @dataclass
@@ -23,7 +24,7 @@ class ScoreItem:
 @dataclass
 class Score:
     reward: float
-    status: str = "ok"  # ok | timeout | error | filtered
+    status: str = RewardStatus.OK  # ok | timeout | error | filtered
     detail: str = ""
     components: dict[str, float] = field(default_factory=dict)
     latency_ms: float = 0.0

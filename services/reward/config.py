@@ -17,6 +17,7 @@ from pydantic import Field, field_validator, model_validator
 from brorl.config.base import StrictModel
 from brorl.rpc import metrics_bind_field
 from brorl.security import InferenceSecurityConfig
+from brorl.cluster import DEFAULT, METRICS_PORTS, address
 from services.reward.pipeline_config import PipelineSpec, check_regexes
 
 
@@ -319,7 +320,8 @@ def check_weights(weights: dict[str, float]) -> None:
 
 class RewardServiceConfig(StrictModel):
     bind: str = Field(
-        "127.0.0.1:50052", description="host:port to serve on (port 0 picks a free one)."
+        address(DEFAULT.reward_port),
+        description="host:port to serve on (port 0 picks a free one).",
     )
     max_batch: int = Field(
         4096, ge=1, description="Largest ScoreBatch accepted; more is RESOURCE_EXHAUSTED."
@@ -336,7 +338,7 @@ class RewardServiceConfig(StrictModel):
         ),
     )
     port_file: str = Field("", description="If set, the bound port is written here once serving.")
-    metrics_bind: str = metrics_bind_field(9452)
+    metrics_bind: str = metrics_bind_field(METRICS_PORTS["reward"])
     security: InferenceSecurityConfig = Field(
         default_factory=InferenceSecurityConfig,
         description="Token and TLS of this server (docs/security.md).",

@@ -14,6 +14,7 @@ import math
 import threading
 import time
 
+from brorl.contract import RewardStatus
 from brorl.errors import InvalidArgument
 from services.reward.base import RewardFunction, Score, ScoreItem
 
@@ -84,7 +85,11 @@ class Registry:
                 exc,
             )
             scores = [
-                Score(0.0, status="error", detail=f"{name} failed: {type(exc).__name__}: {exc}")
+                Score(
+                    0.0,
+                    status=RewardStatus.ERROR,
+                    detail=f"{name} failed: {type(exc).__name__}: {exc}",
+                )
                 for _ in items
             ]
         elapsed_ms = (time.perf_counter() - start) * 1000 / max(len(items), 1)
@@ -94,7 +99,7 @@ class Registry:
             if not math.isfinite(s.reward):
                 s.reward, s.status, s.detail = (
                     0.0,
-                    "error",
+                    RewardStatus.ERROR,
                     f"{name} returned a non-finite reward ({s.reward})",
                 )
             elif self.clip:

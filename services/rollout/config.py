@@ -5,6 +5,7 @@ from pydantic import Field, field_validator
 from brorl.config.base import StrictModel
 from brorl.rpc import metrics_bind_field
 from brorl.security import InferenceSecurityConfig
+from brorl.cluster import DEFAULT, METRICS_PORTS, REDIS_URL, ROLLOUT_PORT, address
 
 
 class EngineConfig(StrictModel):
@@ -44,13 +45,13 @@ class RolloutServiceConfig(StrictModel):
         ..., description="Hugging Face model directory (the policy's initial weights, version 0)."
     )
     bind: str = Field(
-        "127.0.0.1:50051", description="host:port of the RolloutService (port 0 picks a free one)."
+        address(ROLLOUT_PORT),
+        description="host:port of the RolloutService (port 0 picks a free one).",
     )
-    redis_url: str = Field(
-        "redis://127.0.0.1:6379/0", description="Redis holding the work streams."
-    )
+    redis_url: str = Field(REDIS_URL, description="Redis holding the work streams.")
     reward_address: str = Field(
-        "127.0.0.1:50052", description="RewardService host:port used by the worker loop."
+        address(DEFAULT.reward_port),
+        description="RewardService host:port used by the worker loop.",
     )
     run_id: str = Field(
         "",
@@ -100,7 +101,7 @@ class RolloutServiceConfig(StrictModel):
         default_factory=EngineConfig, description="The vLLM engine of this worker."
     )
     port_file: str = Field("", description="If set, the bound port is written here once serving.")
-    metrics_bind: str = metrics_bind_field(9461)
+    metrics_bind: str = metrics_bind_field(METRICS_PORTS["rollout"])
     security: InferenceSecurityConfig = Field(
         default_factory=InferenceSecurityConfig,
         description="Token and TLS of this server and of its calls to reward (docs/security.md).",

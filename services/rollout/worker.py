@@ -22,7 +22,6 @@ from google.protobuf.message import DecodeError
 
 from brorl import queue as q
 from brorl import sampling
-from brorl.contract import ConsumerGroup
 from brorl.v1 import common_pb2
 from services.rollout.config import RolloutServiceConfig
 from services.rollout.explore.select import Selection, select
@@ -251,9 +250,7 @@ class RolloutWorker:
         """The run's channels and this worker's consumer of its prompt jobs."""
         if run_id not in self._runs:
             channels = self.open_run(run_id)
-            queue = channels.prompt_queue(
-                ConsumerGroup.ROLLOUT, consumer=self.name, claim_idle_ms=self.claim_idle_ms
-            )
+            queue = channels.prompt_queue(consumer=self.name, claim_idle_ms=self.claim_idle_ms)
             self._runs[run_id] = (channels, queue)
         return self._runs[run_id]
 

@@ -111,9 +111,7 @@ class FakeRollout(threading.Thread):
         queue = None
         while not self.stop.is_set():
             try:
-                queue = queue or channels.prompt_queue(
-                    "rollout", consumer="fake", claim_idle_ms=2000
-                )
+                queue = queue or channels.prompt_queue(consumer="fake", claim_idle_ms=2000)
                 for d in queue.read(count=4, block_ms=200):
                     job = common_pb2.PromptJob.FromString(d.data)
                     pointer = channels.read_weights()

@@ -17,9 +17,11 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable
 
+from brorl.contract import RewardStatus
 from brorl import sampling
 from brorl.config.run import RunConfig
 from brorl.v1 import common_pb2
+from services.learner.feed import ids
 from services.learner.feed.prompts import Prompt
 
 log = logging.getLogger(__name__)
@@ -86,12 +88,12 @@ class HeldoutEval:
         params = sampling.eval_sampling(self.cfg.sampling)
         pending = set()
         for i, prompt in enumerate(self.prompts):
-            group_id = f"eval{step}.{i}"
+            group_id = ids.eval_group_id(step, i)
             job = common_pb2.PromptJob(
                 run_id=self.run_id,
-                job_id=f"{self.run_id}/{self.epoch}/{group_id}",
+                job_id=ids.eval_job_id(self.run_id, self.epoch, group_id),
                 group_id=group_id,
-                prompt_id=f"e{i}",
+                prompt_id=ids.eval_prompt_id(i),
                 prompt=prompt.text,
                 prompt_token_ids=prompt.token_ids,
                 reference=prompt.reference,
@@ -113,7 +115,8 @@ class HeldoutEval:
         if r is None or group.group_id not in r.pending:
             return
         r.pending.discard(group.group_id)
-        ok = [p for p in group.paths if p.reward_status in ("", "ok") and not group.error]
+        scored = ("", RewardStatus.OK)
+        ok = [p for p in group.paths if p.reward_status in scored and not group.error]
         if ok:
             r.rewards.append(ok[0].reward)
             r.versions.append(group.weight_version)

@@ -14,7 +14,7 @@ from __future__ import annotations
 from brorl import sampling
 from brorl.config.run import AdaptiveBudget, RunConfig
 from brorl.v1 import common_pb2
-from services.learner.feed import budget
+from services.learner.feed import budget, ids
 from services.learner.feed.prompts import Prompt, PromptOrder
 
 
@@ -32,7 +32,7 @@ class PassRates:
         what says a prompt is solved or hopeless). Groups not from this feed are ignored."""
         if not group.paths or not group.prompt_id.startswith("p"):
             return
-        entry = self.counts.setdefault(int(group.prompt_id[1:]), [0, 0])
+        entry = self.counts.setdefault(ids.prompt_index(group.prompt_id), [0, 0])
         entry[0] += sum(p.reward >= self.success_reward for p in group.paths)
         entry[1] += len(group.paths)
 
@@ -98,9 +98,9 @@ class JobFeed:
         for part in sampling.job_parts(self.cfg.sampling, self.cfg.explore, step, n=n):
             job = common_pb2.PromptJob(
                 run_id=self.run_id,
-                job_id=f"{self.run_id}/{self.epoch}/{cursor}/{part.index}",
-                group_id=f"g{cursor}",
-                prompt_id=f"p{index}",
+                job_id=ids.job_id(self.run_id, self.epoch, cursor, part.index),
+                group_id=ids.group_id(cursor),
+                prompt_id=ids.prompt_id(index),
                 prompt=prompt.text,
                 prompt_token_ids=prompt.token_ids,
                 reference=prompt.reference,

@@ -26,7 +26,7 @@ from typing import Callable
 
 from google.protobuf.message import DecodeError
 
-from brorl.queue import REDIS_DOWN, RedisUnavailable
+from brorl.queue import RedisUnavailable, Stopped, retry_while_down
 from brorl.config.run import AsyncConfig
 from brorl.v1 import common_pb2
 from services.learner.intake.assembly import GroupAssembler
@@ -110,9 +110,10 @@ class GroupIntake:
         self._reread = False  # set after a Redis outage (see _read_some)
 
     def collect(self, want: int, version: int, stop: threading.Event) -> Intake | None:
-        """Read until ``want`` usable groups are in hand; None when ``stop`` is set meanwhile."""
+        """Read until ``want`` usable groups are in hand; None when ``stop`` is set meanwhile.
+        A Redis outage is ridden out (brorl.queue.retry_while_down) and does not count against
+        the wait for groups; what was delivered but never seen is read again after it."""
         intake = Intake()
-        down_since = None
         timeout = self.rules.group_timeout_s
         deadline = time.monotonic() + timeout
         while len(intake.groups) < want:
@@ -123,21 +124,23 @@ class GroupIntake:
                     f"no path group for {timeout:.0f}s: are rollout workers and "
                     "the reward service running?"
                 )
+            outage = []
             try:
-                if self._read_some(want - len(intake.groups), version, intake):
-                    deadline = time.monotonic() + timeout
-                down_since = None
-            except REDIS_DOWN as exc:
-                down_since = down_since or time.monotonic()
-                if time.monotonic() - down_since > self.rules.redis_outage_s:
-                    raise RedisUnavailable(
-                        f"Redis unreachable for {self.rules.redis_outage_s:.0f}s: {exc}"
-                    ) from None
-                log.warning("Redis down while collecting groups (%s); retrying", exc)
-                stop.wait(1.0)
-                self._reread = True
+                finished = retry_while_down(
+                    lambda: self._read_some(want - len(intake.groups), version, intake),
+                    self.rules.redis_outage_s,
+                    "collecting groups",
+                    stop=stop,
+                    on_down=lambda: outage.append(self._mark_reread()),
+                )
+            except Stopped:
+                return None
+            if finished or outage:
                 deadline = time.monotonic() + timeout
         return intake
+
+    def _mark_reread(self) -> None:
+        self._reread = True
 
     def _read_some(self, missing: int, version: int, intake: Intake) -> bool:
         """One read of the stream (and of given-up parts); True when a group was finished."""
@@ -162,14 +165,24 @@ class GroupIntake:
         deadline = time.monotonic() + timeout_s
         while not done() and not stop.is_set() and time.monotonic() < deadline:
             try:
-                for d in self.queue.read(count=16, block_ms=500):
-                    part = self._decode(d)
-                    if part is not None and part.eval:
-                        self.ack([d.entry_id])
-                        self.on_eval(part)
-            except REDIS_DOWN as exc:
-                log.warning("Redis down while reading evaluation groups (%s); retrying", exc)
-                stop.wait(1.0)
+                retry_while_down(
+                    self._read_eval,
+                    self.rules.redis_outage_s,
+                    "reading evaluation groups",
+                    stop=stop,
+                )
+            except Stopped:
+                return
+            except RedisUnavailable as exc:  # the run ends without its last round's groups
+                log.warning("evaluation groups not read: %s", exc)
+                return
+
+    def _read_eval(self) -> None:
+        for d in self.queue.read(count=16, block_ms=500):
+            part = self._decode(d)
+            if part is not None and part.eval:
+                self.ack([d.entry_id])
+                self.on_eval(part)
 
     def ack(self, entries: list[str]) -> None:
         for entry in entries:

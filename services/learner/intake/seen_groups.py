@@ -1,6 +1,6 @@
 """The set of group ids the learner has consumed, in memory bounded by the groups in flight.
 
-Group ids are ``g<cursor>`` (services.learner.feed.jobfeed): the learner consumes cursors roughly in
+Group ids are ``g<cursor>`` (services/learner/feed/ids.py): the learner consumes cursors roughly in
 order, so the set is kept as a watermark (every cursor below it was consumed) plus the few
 consumed cursors above it. A run of a million groups holds a handful of numbers, and so does
 its checkpoint.
@@ -8,12 +8,7 @@ its checkpoint.
 
 from __future__ import annotations
 
-
-def cursor_of(group_id: str) -> int:
-    """``g17`` → 17; ValueError for an id the job feed did not make."""
-    if not group_id.startswith("g") or not group_id[1:].isdigit():
-        raise ValueError(f"group id {group_id!r} is not g<cursor>")
-    return int(group_id[1:])
+from services.learner.feed.ids import cursor_of
 
 
 class SeenGroups:

@@ -13,7 +13,7 @@ import os
 import torch
 from torch import nn
 
-from services.learner.model import deepspeed_engine
+from services.learner.model import deepspeed_engine, pretrained
 from services.learner.algo import ppo
 from services.learner.model.batch import Batch
 from services.learner.model.forward import completion_states
@@ -36,12 +36,7 @@ class ValueModel(nn.Module):
 
 class Critic:
     def __init__(self, model_dir: str, train, zero_stage: int = 0):
-        from transformers import AutoModel
-
-        attention = "sdpa" if torch.cuda.is_available() else "eager"
-        trunk = AutoModel.from_pretrained(
-            model_dir, dtype=torch.float32, attn_implementation=attention
-        )
+        trunk = pretrained.trunk(model_dir)
         model = ValueModel(trunk, trunk.config.hidden_size)
         lr = train.ppo.value_lr or train.lr
         # The critic always uses AdamW: a compressed optimizer is the policy's choice.

@@ -20,7 +20,7 @@ from services.learner.algo import advantages
 from services.learner.algo import ppo
 from services.learner.algo.advantages import AdvantageInputs, ChunkTokens
 from services.learner.algo.kl_control import KLController
-from services.learner.model import deepspeed_engine
+from services.learner.model import deepspeed_engine, pretrained
 from services.learner.model.batch import (
     at_least_two_positions,
     build_batches,
@@ -50,16 +50,9 @@ class PhaseClock:
 
 class Policy:
     def __init__(self, model_dir: str, train: TrainConfig, zero_stage: int = 0):
-        from transformers import AutoModelForCausalLM
-
         torch.manual_seed(train.seed)
         self.model_dir, self.train = model_dir, train
-        # On CPU the eager attention beats SDPA's kernels at the few-token lengths RL paths
-        # have here (docs/performance.md); on CUDA SDPA is the faster one.
-        attention = "sdpa" if torch.cuda.is_available() else "eager"
-        model = AutoModelForCausalLM.from_pretrained(
-            model_dir, dtype=torch.float32, attn_implementation=attention
-        )
+        model = pretrained.causal_lm(model_dir)
         # padding positions are masked out; any in-vocabulary id does
         ids = (model.config.pad_token_id, model.config.eos_token_id)
         self.pad_id = next((i for i in ids if isinstance(i, int)), 0)
@@ -308,12 +301,7 @@ class Policy:
 
     def _load_reference(self) -> None:
         """The frozen initial policy the KL term is measured against."""
-        from transformers import AutoModelForCausalLM
-
-        attention = "sdpa" if torch.cuda.is_available() else "eager"
-        self.ref_model = AutoModelForCausalLM.from_pretrained(
-            self.model_dir, dtype=torch.float32, attn_implementation=attention
-        )
+        self.ref_model = pretrained.causal_lm(self.model_dir)
         self.ref_model.eval().requires_grad_(False)
 
 

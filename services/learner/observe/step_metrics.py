@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 from collections import Counter
 
+from brorl.contract import RewardStatus
 from services.learner.intake.collect import Intake
 
 
@@ -44,7 +45,7 @@ class RunCounters:
             for status, count in item.excluded.items():
                 c[f"learner/excluded_paths/{status}"] += count
             for path in group.paths:
-                if path.reward_status == "filtered":
+                if path.reward_status == RewardStatus.FILTERED:
                     c[f"reward/filtered/{filter_reason(path)}"] += 1
         c["learner/partial_groups"] += intake.partial_groups
 
@@ -59,7 +60,7 @@ def filter_reason(path) -> str:
 def verifier_metrics(groups) -> dict[str, float]:
     """The held-out verifier's mean on the paths the workers verified, beside the training
     reward's mean on the same paths (the reward-hacking monitor compares the two)."""
-    sample = [p for g in groups for p in g.paths if p.verifier_status == "ok"]
+    sample = [p for g in groups for p in g.paths if p.verifier_status == RewardStatus.OK]
     if not sample:
         return {}
     return {
@@ -97,7 +98,7 @@ def intake_metrics(intake: Intake) -> dict[str, float]:
         ),
         "reward/group_std": _mean([_std([p.reward for p in g.paths]) for g in groups if g.paths]),
         "reward/filtered_paths": float(
-            sum(p.reward_status == "filtered" for g in groups for p in g.paths)
+            sum(p.reward_status == RewardStatus.FILTERED for g in groups for p in g.paths)
         ),
         "learner/staleness_mean": _mean([c.staleness for c in used]),
         "learner/duplicate_groups": float(intake.duplicate_groups),

@@ -44,6 +44,10 @@ class WandbSink:
 
     def close(self) -> None:
         self.run.finish()
+        # finish() returns once the run's exit record is acknowledged, while W&B's service
+        # process may still be writing the offline transaction log; teardown waits for that
+        # process to exit, so <run_dir>/wandb is complete when the run ends.
+        self.wandb.teardown()
 
 
 class MlflowSink:

@@ -31,6 +31,7 @@ import json
 import re
 import signal
 
+from brorl.contract import RewardStatus
 from services.reward.base import Score, ScoreItem
 from services.reward.config import BUILTIN_FUNCTIONS, CodeSpec
 from services.reward.sandbox.checker import parse_test
@@ -146,7 +147,7 @@ def _brief(error: dict | None) -> str:
 def interpret(answer: dict, n_tests: int, spec: CodeSpec) -> Score:
     """Turn the runner's answer for one job into a Score."""
     if "runner_error" in answer:
-        return Score(0.0, status="error", detail=answer["runner_error"])
+        return Score(0.0, status=RewardStatus.ERROR, detail=answer["runner_error"])
     lines = [ln for ln in answer.get("lines", []) if isinstance(ln, dict)]
     stage = {
         ln.get("stage"): ln
@@ -176,12 +177,14 @@ def interpret(answer: dict, n_tests: int, spec: CodeSpec) -> Score:
 
     sig = answer.get("signal")
     if answer.get("killed") == "wall":
-        return fail("timeout", f"wall-time limit ({spec.wall_s:g}s) exceeded")
+        return fail(RewardStatus.TIMEOUT, f"wall-time limit ({spec.wall_s:g}s) exceeded")
     if sig == signal.SIGXCPU or (sig == signal.SIGKILL and comps["cpu_s"] >= spec.cpu_s * 0.9):
-        return fail("timeout", f"CPU-time limit ({spec.cpu_s:g}s) exceeded")
+        return fail(RewardStatus.TIMEOUT, f"CPU-time limit ({spec.cpu_s:g}s) exceeded")
     if "tamper" in stage:
         why = str(stage["tamper"].get("detail") or "")[:200]
-        return fail("error", f"sandbox: the completion broke the checker's protocol ({why})")
+        return fail(
+            RewardStatus.ERROR, f"sandbox: the completion broke the checker's protocol ({why})"
+        )
     errors = [
         stage.get("syntax", {}).get("error") if syntax_ok is False and "syntax" in stage else None,
         stage.get("run", {}).get("error"),
@@ -189,7 +192,7 @@ def interpret(answer: dict, n_tests: int, spec: CodeSpec) -> Score:
     for error in errors:
         why = sandbox_violation(error, spec)
         if why:
-            return fail("error", f"sandbox: {why}")
+            return fail(RewardStatus.ERROR, f"sandbox: {why}")
     if sig is not None:
         name = signal.Signals(sig).name if sig in signal.Signals.__members__.values() else str(sig)
         hint = (
@@ -197,16 +200,19 @@ def interpret(answer: dict, n_tests: int, spec: CodeSpec) -> Score:
             if sig in (signal.SIGSEGV, signal.SIGKILL, signal.SIGBUS)
             else ""
         )
-        return fail("error", f"sandbox: killed by {name}{hint}")
+        return fail(RewardStatus.ERROR, f"sandbox: killed by {name}{hint}")
     if "syntax" not in stage:
-        return fail("error", f"sandbox harness produced no report (exit code {answer.get('exit')})")
+        return fail(
+            RewardStatus.ERROR,
+            f"sandbox harness produced no report (exit code {answer.get('exit')})",
+        )
     if not syntax_ok:
         detail = "syntax error: " + _brief(stage["syntax"].get("error"))
     elif not runs_ok and "run" in stage:
         detail = "the code raised: " + _brief(stage["run"].get("error"))
     elif "done" not in stage:
         return fail(
-            "error",
+            RewardStatus.ERROR,
             f"the program exited before the tests finished (exit code {answer.get('exit')})",
         )
     else:
@@ -228,7 +234,9 @@ def interpret(answer: dict, n_tests: int, spec: CodeSpec) -> Score:
             + spec.runs_weight * runs_ok
             + spec.tests_weight * comps["pass_rate"]
         ) / total
-    return Score(reward, status="ok", detail=detail, components=comps, latency_ms=latency)
+    return Score(
+        reward, status=RewardStatus.OK, detail=detail, components=comps, latency_ms=latency
+    )
 
 
 class CodeReward:
@@ -260,7 +268,7 @@ class CodeReward:
             try:
                 setup, tests = parse_reference(item.reference, self.spec.max_tests)
             except ValueError as exc:
-                scores[i] = Score(0.0, status="error", detail=f"reference: {exc}")
+                scores[i] = Score(0.0, status=RewardStatus.ERROR, detail=f"reference: {exc}")
                 continue
             code = extract_code(item.completion)
             if self.spec.prepend_prompt:
@@ -269,7 +277,7 @@ class CodeReward:
                 limit = self.spec.max_code_chars
                 scores[i] = Score(
                     0.0,
-                    status="error",
+                    status=RewardStatus.ERROR,
                     detail=f"code has {len(code)} chars; more than code.max_code_chars={limit}",
                 )
                 continue

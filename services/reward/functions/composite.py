@@ -11,12 +11,14 @@ from __future__ import annotations
 
 import math
 
+from brorl.contract import RewardStatus
 from brorl.errors import InvalidArgument
 from services.reward.base import Score, ScoreItem
 from services.reward.config import check_weights
 
 INLINE_PREFIX = "composite:"
-_STATUS_RANK = {"ok": 0, "timeout": 1, "error": 2, "filtered": 3}
+# which status a composite takes from its components: the worst one
+_STATUS_RANK = {status: rank for rank, status in enumerate(RewardStatus.ALL)}
 
 
 def parse_inline(name: str) -> dict[str, float]:
@@ -68,7 +70,7 @@ class Composite:
     def score_batch(self, items: list[ScoreItem]) -> list[Score]:
         totals = [0.0] * len(items)
         comps: list[dict[str, float]] = [{} for _ in items]
-        status = ["ok"] * len(items)
+        status = [RewardStatus.OK] * len(items)
         detail = [""] * len(items)
         latency = [0.0] * len(items)
         for comp, weight in self.components.items():
@@ -77,8 +79,11 @@ class Composite:
                 totals[i] += weight * reward
                 comps[i][comp] = reward
                 latency[i] += s.latency_ms
-                if _STATUS_RANK.get(s.status, 2) > _STATUS_RANK[status[i]]:
-                    status[i] = s.status if s.status in _STATUS_RANK else "error"
+                if (
+                    _STATUS_RANK.get(s.status, _STATUS_RANK[RewardStatus.ERROR])
+                    > _STATUS_RANK[status[i]]
+                ):
+                    status[i] = s.status if s.status in _STATUS_RANK else RewardStatus.ERROR
                     detail[i] = f"{comp}: {s.status}: {s.detail}"
         return [
             Score(

@@ -17,6 +17,7 @@ import urllib.error
 import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 
+from brorl.contract import RewardStatus
 from services.reward.base import Score, ScoreItem
 from services.reward.config import JudgeSpec
 
@@ -105,22 +106,22 @@ class LLMJudge:
                 raw = resp.read(4 << 20)
         except urllib.error.HTTPError as exc:
             if exc.code == 429 or exc.code >= 500:
-                raise _Retryable("error", f"judge answered HTTP {exc.code}") from None
+                raise _Retryable(RewardStatus.ERROR, f"judge answered HTTP {exc.code}") from None
             raise ValueError(
                 f"judge answered HTTP {exc.code}: {exc.read(300).decode(errors='replace')}"
             ) from None
         except (socket.timeout, TimeoutError):
             raise _Retryable(
-                "timeout", f"judge did not answer within {self.spec.timeout_s:g}s"
+                RewardStatus.TIMEOUT, f"judge did not answer within {self.spec.timeout_s:g}s"
             ) from None
         except urllib.error.URLError as exc:
             if isinstance(exc.reason, (socket.timeout, TimeoutError)):
                 raise _Retryable(
-                    "timeout", f"judge did not answer within {self.spec.timeout_s:g}s"
+                    RewardStatus.TIMEOUT, f"judge did not answer within {self.spec.timeout_s:g}s"
                 ) from None
-            raise _Retryable("error", f"judge unreachable: {exc.reason}") from None
+            raise _Retryable(RewardStatus.ERROR, f"judge unreachable: {exc.reason}") from None
         except (ConnectionError, OSError) as exc:
-            raise _Retryable("error", f"judge connection failed: {exc}") from None
+            raise _Retryable(RewardStatus.ERROR, f"judge connection failed: {exc}") from None
         try:
             return json.loads(raw)
         except ValueError:
@@ -137,7 +138,7 @@ class LLMJudge:
                 "messages": [{"role": "user", "content": self.prompt_for(item)}],
             }
         ).encode()
-        status, detail = "error", "judge not called"
+        status, detail = RewardStatus.ERROR, "judge not called"
         for attempt in range(spec.retries + 1):
             if attempt:
                 time.sleep(spec.backoff_s * 2 ** (attempt - 1))
@@ -150,14 +151,17 @@ class LLMJudge:
                 )
                 continue
             except ValueError as exc:
-                status, detail = "error", str(exc)
+                status, detail = RewardStatus.ERROR, str(exc)
                 break
             try:
                 text = reply["choices"][0]["message"]["content"]
                 if not isinstance(text, str):
                     raise TypeError("content is not a string")
             except (KeyError, IndexError, TypeError) as exc:
-                status, detail = "error", f"judge reply has no choices[0].message.content ({exc!r})"
+                status, detail = (
+                    RewardStatus.ERROR,
+                    f"judge reply has no choices[0].message.content ({exc!r})",
+                )
                 break
             value = parse_score(text, spec.score_min, spec.score_max)
             ms = (time.perf_counter() - start) * 1000
@@ -165,7 +169,7 @@ class LLMJudge:
                 span = f"[{spec.score_min:g}, {spec.score_max:g}]"
                 return Score(
                     0.0,
-                    status="error",
+                    status=RewardStatus.ERROR,
                     latency_ms=ms,
                     detail=f"judge reply has no score in {span}: {text[:160]!r}",
                 )

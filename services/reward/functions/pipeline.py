@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import re
 
+from brorl.contract import RewardStatus
 from services.reward.base import Score, ScoreItem
 from services.reward.functions.safety_filter import SafetyFilter
 from services.reward.pipeline_config import PipelineSpec
@@ -73,7 +74,10 @@ class Pipeline:
                 reason, detail = verdict
                 comps[i].update({"exit_stage": 0.0, f"filtered/{reason}": 1.0})
                 out[i] = Score(
-                    s.filtered_reward, status="filtered", detail=detail, components=comps[i]
+                    s.filtered_reward,
+                    status=RewardStatus.FILTERED,
+                    detail=detail,
+                    components=comps[i],
                 )
                 continue
             why = self._rule_failure(text)
@@ -92,11 +96,11 @@ class Pipeline:
             for i, item, g in zip(alive, work, self.registry.score(gate, work)):
                 comps[i][f"gate/{gate}"] = g.reward
                 latency[i] += g.latency_ms
-                if g.status != "ok" or g.reward < minimum:
+                if g.status != RewardStatus.OK or g.reward < minimum:
                     comps[i]["exit_stage"] = 2.0
                     detail = f"early exit at gate {gate}: " + (
                         f"{g.status}: {g.detail}"
-                        if g.status != "ok"
+                        if g.status != RewardStatus.OK
                         else f"reward {g.reward:g} < {minimum:g}"
                     )
                     out[i] = Score(

@@ -75,7 +75,7 @@ def select(
         scores = _predict(samples, alive, x, prefix_scorer)
     if retention < 1 and len(alive):
         keep, threshold = adaptive_keep(scores, retention)
-        ledger.drop([int(i) for i in alive[~keep]], "filtered")
+        ledger.drop([int(i) for i in alive[~keep]], "path_filter")
         stats["explore/filter_threshold"] = float(threshold)
         alive, scores = alive[keep], scores[keep]
     if len(alive) > n_keep:

@@ -141,13 +141,6 @@ def test_the_schemas_have_teeth():
 # ---------------------------------------------------------------- KEDA
 
 
-def _consumer_group(path: str) -> str:
-    """The group a module passes to RunChannels.prompt_queue (a literal at the call site)."""
-    groups = set(re.findall(r"prompt_queue\(\s*\"([^\"]+)\"", (REPO / path).read_text()))
-    assert len(groups) == 1, f"{path}: prompt_queue groups {groups}"
-    return groups.pop()
-
-
 @pytest.mark.parametrize("overlay", OVERLAYS, ids=OVERLAY_IDS)
 def test_scaled_object_scales_rollout_on_the_prompt_stream(overlay):
     objects = rendered(overlay)
@@ -165,9 +158,8 @@ def test_scaled_object_scales_rollout_on_the_prompt_stream(overlay):
     redis_service = one(objects, "Service", "redis")
     namespace = redis_service["metadata"]["namespace"]
     port = redis_service["spec"]["ports"][0]["port"]
-    # The workers consume and the learner creates the same group on the run's prompt stream.
-    group = _consumer_group("services/rollout/worker.py")
-    assert _consumer_group("services/learner/train.py") == group
+    # The group the workers consume the run's prompt stream as (brorl.queue's one table).
+    group = queue.CONSUMERS["prompts"]
     triggers = scaler["spec"]["triggers"]
     assert triggers and all(t["type"] == "redis-streams" for t in triggers)
     for t in triggers:

@@ -83,10 +83,10 @@ def test_learner_sees_length_lag_and_pending_of_its_run_streams():
             for w in ("length", "lag", "pending")
             for stream in ("prompts", "paths")
         }
-        prompts = channels.prompt_queue("rollout")
+        prompts = channels.prompt_queue()
         for i in range(5):
             prompts.put(b"job%d" % i)
-        worker = channels.prompt_queue("rollout", consumer="w1")
+        worker = channels.prompt_queue(consumer="w1")
         worker.read(count=2, block_ms=100)
         channels.path_queue().put(b"group")
         got = {(s.name, s.labels["stream"]): s.value for s in queue_samples(lambda: channels)}

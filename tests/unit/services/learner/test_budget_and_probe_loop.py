@@ -98,7 +98,7 @@ def test_a_resumed_feed_keeps_pass_rates_and_allocated_blocks(tmp_path):
         }
     )
     prompts = [Prompt(f"{i}+1=", str(i + 1)) for i in range(6)]
-    queue = MemoryChannels("r", lambda ch: None).prompt_queue("rollout")
+    queue = MemoryChannels("r", lambda ch: None).prompt_queue()
     feed = JobFeed("r", cfg, prompts, queue, epoch="a")
     feed.pass_rates.counts = {feed.order[0]: [9, 10], feed.order[1]: [5, 10]}
     sizes = [feed.group_size(c) for c in range(2)]

@@ -59,7 +59,7 @@ def test_retention_keeps_at_least_the_ratio_and_the_best_predicted():
     sel = select(
         samples_from(seqs, lps), 100, common_pb2.ExploreParams(retention=0.6, predictor="logprob")
     )
-    assert len(sel.kept) >= 60 and sel.dropped == {"filtered": 100 - len(sel.kept)}
+    assert len(sel.kept) >= 60 and sel.dropped == {"path_filter": 100 - len(sel.kept)}
     kept_min = min(mean_lp[sel.kept])
     dropped = np.setdiff1d(np.arange(100), sel.kept)
     assert max(mean_lp[dropped]) <= kept_min
@@ -75,7 +75,7 @@ def test_oversampling_keeps_n_best_and_accounts_for_all():
     )
     sel = select(samples_from(seqs, lps), 64, explore)
     assert len(sel.kept) == 64
-    assert set(sel.dropped) == {"duplicate", "filtered", "oversample"}
+    assert set(sel.dropped) == {"duplicate", "path_filter", "oversample"}
     accounted(sel, 256)
 
 
