@@ -39,7 +39,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from bench.peak import peak_gemm_flops  # noqa: E402
-from brorl import cluster  # noqa: E402
+from brorl.cluster import REDIS_URL  # noqa: E402
 from brorl.apps import recipe  # noqa: E402
 from brorl.apps.demo_cmd import DemoConfig  # noqa: E402
 from brorl.apps.launcher import Cluster  # noqa: E402
@@ -117,7 +117,7 @@ def main() -> None:
     p.add_argument("--rollout-seconds", type=float, default=30.0, help="rollout-alone window")
     p.add_argument("--config", default=str(REPO / "configs" / "demo.yaml"), help="demo recipe")
     p.add_argument("--workdir", default=str(REPO / ".cache" / "demo"))
-    p.add_argument("--redis-url", default=cluster.REDIS_URL)
+    p.add_argument("--redis-url", default=REDIS_URL)
     p.add_argument("--base-port", type=int, default=51100)
     p.add_argument("overrides", nargs="*", help="demo recipe overrides (key=value)")
     args = p.parse_args()
