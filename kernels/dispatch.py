@@ -75,7 +75,8 @@ class LazyKernel:
 
     Use: ``_my_kernel = LazyKernel(_my_kernel_fn)``, then ``_my_kernel[grid](*args, **meta)``.
     The function body is ordinary Triton code (``tl.*`` calls, ``tl.constexpr`` annotations);
-    it must not call other kernels' functions (keep each kernel self-contained).
+    it calls device functions only through a module that ``_interpretable_stdlib`` knows
+    (``kernels.online_softmax``), so that an interpreted launch runs their interpreted twins.
     """
 
     def __init__(self, fn: Callable[..., Any]) -> None:
@@ -113,7 +114,9 @@ def _interpretable_stdlib() -> Iterator[None]:
     from triton.runtime.interpreter import InterpretedFunction
     from triton.runtime.jit import JITFunction
 
-    modules = [tl, tl.standard, getattr(tl, "math", None)]
+    import kernels.online_softmax as online_softmax  # the project's own device functions
+
+    modules = [tl, tl.standard, getattr(tl, "math", None), online_softmax]
     saved: list[tuple[Any, str, Any]] = []
     twins: dict[int, Any] = {}  # one twin per function, so identity checks still hold
     try:

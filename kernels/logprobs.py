@@ -26,7 +26,9 @@ from __future__ import annotations
 import torch
 import triton.language as tl
 
+import kernels.online_softmax as online_softmax
 from kernels.dispatch import LazyKernel, next_power_of_2, use_triton
+from kernels.rows import acc_dtype as _acc_dtype
 
 _NEG_BIG = -1e30  # finite "minus infinity": keeps max/exp arithmetic free of inf - inf
 _CPU_CHUNK_ELEMS = 1 << 21  # PyTorch path: rows x chunk elements per temporary (8 MiB fp32,
@@ -51,10 +53,6 @@ def token_logprobs_entropy_reference(
 
 
 # ----------------------------------------------------------------------------- PyTorch path
-
-
-def _acc_dtype(logits: torch.Tensor) -> torch.dtype:
-    return torch.promote_types(logits.dtype, torch.float32)
 
 
 def _chunk_width(rows: int, V: int, chunk_size: int | None) -> int:
@@ -146,32 +144,20 @@ def _logprobs_fwd_kernel(
     temperature,
     BLOCK_V: tl.constexpr,
 ):
-    # One program per (b, t) row; per-lane online max / sum / entropy accumulators.
+    # One program per (b, t) row; per-lane online max / sum / entropy (kernels.online_softmax).
     row = tl.program_id(0).to(tl.int64)
     base = logits_ptr + (row // T) * stride_b + (row % T) * stride_t
     offs = tl.arange(0, BLOCK_V)
-    m = tl.full([BLOCK_V], -1e30, tl.float32)  # running max per lane
-    s = tl.zeros([BLOCK_V], tl.float32)  # sum exp(x - m)
-    t = tl.zeros([BLOCK_V], tl.float32)  # sum exp(x - m) (x - m)
+    m, s, t = online_softmax.start(BLOCK_V)
     for start in range(0, V, BLOCK_V):
         cols = start + offs
         x = tl.load(base + cols, mask=cols < V, other=float("-inf")).to(tl.float32) / temperature
-        m_new = tl.maximum(m, x)
-        alpha = tl.exp(m - m_new)
-        d = tl.maximum(x - m_new, -1e30)  # -inf (masked lanes, -inf logits) -> finite
-        e = tl.exp(d)
-        t = alpha * (t + s * (m - m_new)) + e * d
-        s = alpha * s + e
-        m = m_new
-    m_row = tl.max(m, axis=0)
-    scale = tl.exp(m - m_row)
-    s_row = tl.sum(s * scale, axis=0)
-    t_row = tl.sum(scale * (t + s * (m - m_row)), axis=0)
-    log_s = tl.log(s_row)
+        m, s, t = online_softmax.update(m, s, t, x)
+    m_row, log_s, entropy = online_softmax.finish(m, s, t)
     idx = tl.load(ids_ptr + row)
     x_id = tl.load(base + idx).to(tl.float32) / temperature
     tl.store(logp_ptr + row, (x_id - m_row) - log_s)
-    tl.store(ent_ptr + row, log_s - t_row / s_row)
+    tl.store(ent_ptr + row, entropy)
     tl.store(lse_ptr + row, m_row + log_s)
 
 

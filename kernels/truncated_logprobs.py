@@ -31,11 +31,10 @@ import torch
 
 from kernels.cutoffs import keep_mask, row_cutoffs, truncate_logits_reference
 from kernels.dispatch import use_triton
+from kernels.rows import acc_dtype as _acc_dtype
+from kernels.rows import row_chunks, scaled_rows
 
 _NEG_BIG = -1e30  # finite "minus infinity": log p of removed / -inf tokens, so 0 * log p = 0
-# elements per (R, V) temporary: 8 MiB of fp32 on CPU (below glibc's mmap threshold, so chunk
-# buffers are reused); more on a GPU, where fewer, larger chunks keep the device busy
-_ROW_ELEMS = {"cpu": 1 << 21, "cuda": 1 << 24}
 # a chunk keeping at most min(_SPARSE_PER_ROW, _SPARSE_SHARE * V) tokens a row runs on them only
 # and saves their ids: 8 KiB a row at most, and at most 1/8 of the fp32 logits' bytes
 _SPARSE_PER_ROW, _SPARSE_SHARE = 1024, 1 / 16
@@ -66,10 +65,6 @@ def truncated_logprobs_entropy_reference(
 # ----------------------------------------------------------------------------- helpers
 
 
-def _acc_dtype(logits: torch.Tensor) -> torch.dtype:
-    return torch.promote_types(logits.dtype, torch.float32)
-
-
 def per_path(logits: torch.Tensor, temperature, top_k, top_p):
     """temperature, top_k, top_p as (B,) tensors on the logits' device (scalars broadcast).
 
@@ -88,41 +83,6 @@ def per_path(logits: torch.Tensor, temperature, top_k, top_p):
         return t
 
     return one(temperature, _acc_dtype(logits)), one(top_k, torch.long), one(top_p)
-
-
-def row_chunks(n_rows: int, V: int, device: torch.device, rows: int | None):
-    """[r0, r1) ranges of flattened (b, t) rows, each R rows (R * V elements per temporary)."""
-    if rows is None:
-        rows = max(1, _ROW_ELEMS.get(device.type, _ROW_ELEMS["cuda"]) // max(V, 1))
-    for r0 in range(0, n_rows, rows):
-        yield r0, min(r0 + rows, n_rows)
-
-
-def scaled_rows(logits: torch.Tensor, temps: torch.Tensor, r0: int, r1: int) -> torch.Tensor:
-    """x = z / tau of flattened rows [r0, r1): a new (R, V) tensor in the accumulation dtype.
-
-    Same elementwise division as the reference's (B, T, V) one, so the same bits. A strided
-    view that cannot be flattened (logits[:, :-1]) gives up its rows by indexing: an (R, V) copy.
-    """
-    B, T, V = logits.shape
-    rows = torch.arange(r0, r1, device=logits.device)  # (R,)
-    try:
-        z = logits.view(B * T, V)[r0:r1]  # (R, V) view
-    except RuntimeError:
-        z = logits[rows // T, rows % T]  # (R, V) copy
-    return z.to(_acc_dtype(logits)) / temps[rows // T][:, None]
-
-
-def chunk_cutoffs(logits, temps, top_k, top_p, rows):
-    """Per flattened row: (lo, v_lo) of kernels.cutoffs, found chunk by chunk. (BT,) each."""
-    B, T, V = logits.shape
-    lo = torch.empty(B * T, dtype=_acc_dtype(logits), device=logits.device)
-    v_lo = torch.empty(B * T, dtype=torch.long, device=logits.device)
-    for r0, r1 in row_chunks(B * T, V, logits.device, rows):
-        b = torch.arange(r0, r1, device=logits.device) // T
-        x = scaled_rows(logits, temps, r0, r1)  # (R, V)
-        lo[r0:r1], v_lo[r0:r1] = row_cutoffs(x, top_k[b], top_p[b])
-    return lo, v_lo
 
 
 def _sparse_cap(V: int) -> int:

@@ -17,8 +17,9 @@ from __future__ import annotations
 import torch
 import triton.language as tl
 
+import kernels.online_softmax as online_softmax
 from kernels.dispatch import LazyKernel, next_power_of_2
-from kernels.truncated_logprobs import chunk_cutoffs
+from kernels.rows import chunk_cutoffs
 
 _BLOCK_V = 4096
 
@@ -38,7 +39,7 @@ def _trunc_fwd_kernel(
     stride_t,
     BLOCK_V: tl.constexpr,
 ):
-    # One program per (b, t) row; per-lane online max / sum / entropy accumulators.
+    # One program per (b, t) row; per-lane online max / sum / entropy (kernels.online_softmax).
     row = tl.program_id(0).to(tl.int64)
     b = row // T
     base = logits_ptr + b * stride_b + (row % T) * stride_t
@@ -47,32 +48,19 @@ def _trunc_fwd_kernel(
     vlo = tl.load(vlo_ptr + row)
     idx = tl.load(ids_ptr + row)
     offs = tl.arange(0, BLOCK_V)
-    m = tl.full([BLOCK_V], -1e30, tl.float32)  # running max per lane
-    s = tl.zeros([BLOCK_V], tl.float32)  # sum exp(x - m)
-    t = tl.zeros([BLOCK_V], tl.float32)  # sum exp(x - m) (x - m)
+    m, s, t = online_softmax.start(BLOCK_V)
     for start in range(0, V, BLOCK_V):
         cols = start + offs
         valid = cols < V
         z = tl.load(base + cols, mask=valid, other=0.0).to(tl.float32)
         x = tl.math.div_rn(z, tl.zeros_like(z) + temp)
         keep = valid & ((x > lo) | ((x == lo) & (cols <= vlo)) | (cols == idx))
-        x = tl.where(keep, x, float("-inf"))
-        m_new = tl.maximum(m, x)
-        alpha = tl.exp(m - m_new)
-        d = tl.maximum(x - m_new, -1e30)  # -inf (removed lanes, -inf logits) -> finite
-        e = tl.exp(d)
-        t = alpha * (t + s * (m - m_new)) + e * d
-        s = alpha * s + e
-        m = m_new
-    m_row = tl.max(m, axis=0)
-    scale = tl.exp(m - m_row)
-    s_row = tl.sum(s * scale, axis=0)
-    t_row = tl.sum(scale * (t + s * (m - m_row)), axis=0)
-    log_s = tl.log(s_row)
+        m, s, t = online_softmax.update(m, s, t, tl.where(keep, x, float("-inf")))
+    m_row, log_s, entropy = online_softmax.finish(m, s, t)
     z_id = tl.load(base + idx).to(tl.float32)
     x_id = tl.math.div_rn(z_id, temp)
     tl.store(logp_ptr + row, (x_id - m_row) - log_s)
-    tl.store(ent_ptr + row, log_s - t_row / s_row)
+    tl.store(ent_ptr + row, entropy)
     tl.store(lse_ptr + row, m_row + log_s)
 
 

@@ -68,3 +68,16 @@ def write_samples(
     with open(Path(run_dir) / FILENAME, "a") as f:
         f.write(line + "\n")
     return samples
+
+
+def samples_markdown(samples: list[dict]) -> str:
+    """A step's sample records (choose_samples) as one markdown table."""
+    rows = ["| kind | reward | prompt | completion |", "|---|---|---|---|"]
+    for s in samples:
+        cells = (s["kind"], f"{s['reward']:.4g}", s["prompt"], s["text"])
+        rows.append("| " + " | ".join(_cell(c) for c in cells) + " |")
+    return "\n".join(rows)
+
+
+def _cell(text: str) -> str:
+    return str(text).replace("\\", "\\\\").replace("|", "\\|").replace("\n", "<br>")

@@ -20,6 +20,7 @@ from typing import Protocol
 
 from brorl.errors import FailedPrecondition, InvalidArgument
 from brorl.config.tracking import LoggingConfig
+from services.learner.observe.samples_log import samples_markdown
 
 log = logging.getLogger(__name__)
 
@@ -33,19 +34,6 @@ class Sink(Protocol):
     def samples(self, step: int, samples: list[dict]) -> None: ...
 
     def close(self) -> None: ...
-
-
-def samples_markdown(samples: list[dict]) -> str:
-    """A step's sample records (samples_log.choose_samples) as one markdown table."""
-    rows = ["| kind | reward | prompt | completion |", "|---|---|---|---|"]
-    for s in samples:
-        cells = (s["kind"], f"{s['reward']:.4g}", s["prompt"], s["text"])
-        rows.append("| " + " | ".join(_cell(c) for c in cells) + " |")
-    return "\n".join(rows)
-
-
-def _cell(text: str) -> str:
-    return str(text).replace("\\", "\\\\").replace("|", "\\|").replace("\n", "<br>")
 
 
 class TensorBoardSink:

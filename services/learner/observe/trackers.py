@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 
 from brorl.config.tracking import MlflowConfig, WandbConfig
-from services.learner.observe.sinks import samples_markdown
+from services.learner.observe.samples_log import samples_markdown
 
 
 class WandbSink:

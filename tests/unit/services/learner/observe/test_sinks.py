@@ -27,8 +27,8 @@ from services.learner.observe.sinks import (
     Fanout,
     build_sinks,
     check_trackers,
-    samples_markdown,
 )
+from services.learner.observe.samples_log import samples_markdown
 from services.learner.train import Trainer
 from tests.memory_queue import MemoryChannels, MemoryRegistry
 from tests.unit.services.learner.test_trainer_loop import RecordingPolicy, fake_rollout, mixed
