@@ -25,7 +25,7 @@ CONSUMERS = {"prompts": ConsumerGroup.ROLLOUT, "paths": ConsumerGroup.LEARNER}
 
 
 def keys(run_id: str) -> dict[str, str]:
-    """The Redis keys of one run (DESIGN.md §4)."""
+    """The Redis keys of one run (docs/design.md "Redis keys")."""
     base = f"brorl:{run_id}"
     return {
         name: f"{base}:{name}"

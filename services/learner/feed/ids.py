@@ -3,7 +3,8 @@
 A training group is ``g<cursor>`` (the cursor counts the groups the job feed has enqueued, in
 order; intake/seen_groups.py keeps the consumed ones as a watermark), its prompt ``p<index>`` (the
 prompt's index in the training set), its jobs ``<run>/<epoch>/<cursor>/<part>`` (the epoch
-changes with every learner process, so a resumed run's re-sent jobs are new jobs). A held-out
+changes with every learner process, so a resumed run's re-sent jobs are new jobs; a dead-lettered
+job sent again gets ``/retry<n>``). A held-out
 evaluation group is ``eval<step>.<i>`` with prompt ``e<i>``.
 """
 
@@ -34,6 +35,11 @@ def prompt_index(prompt_id: str) -> int:
 
 def job_id(run_id: str, epoch: str, cursor: int, part: int) -> str:
     return f"{run_id}/{epoch}/{cursor}/{part}"
+
+
+def retry_job_id(job_id: str, attempt: int) -> str:
+    """A dead-lettered job sent again: a new job id, so publish-once takes its answer."""
+    return f"{job_id}/retry{attempt}"
 
 
 def eval_group_id(step: int, i: int) -> str:

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from google.protobuf.message import DecodeError
 
 from brorl.v1 import common_pb2
+from services.learner.feed import ids
 
 log = logging.getLogger(__name__)
 
@@ -50,7 +51,7 @@ class DeadLetterWatch:
             key = (job.group_id, job.part_index)
             if self.resent[key] < self.retries:
                 self.resent[key] += 1
-                job.job_id = f"{job.job_id}/retry{self.resent[key]}"
+                job.job_id = ids.retry_job_id(job.job_id, self.resent[key])
                 self.prompts.put(job.SerializeToString())
                 self.counts["resent"] += 1
                 log.warning("re-sent dead-lettered job %s (%s)", job.job_id, letter.reason)

@@ -1,5 +1,5 @@
 """The metrics of one learner step, built in one place from what the step consumed (every
-group of the step, used or dropped) and what the update reported. Names: DESIGN.md §4."""
+group of the step, used or dropped) and what the update reported. Names: docs/observability.md."""
 
 from __future__ import annotations
 
