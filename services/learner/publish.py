@@ -49,14 +49,8 @@ class WeightPublisher:
         workers at it (``point``: e.g. RunChannels.publish_weights)."""
         start = time.perf_counter()
         master = weights()
+        delta = self._delta_of(master, version)
         last = self.last
-        delta = (
-            last is not None
-            and last.version == version - 1
-            and version - last.keyframe < self.keyframe_every
-            and last.bits.keys() == master.keys()
-            and all(last.bits[n].shape == a.shape for n, a in master.items())
-        )
 
         def serve(name: str):
             """One tensor's serving bits, their sha256 and (delta) their encoded change."""
@@ -73,17 +67,7 @@ class WeightPublisher:
             (staging / codec.DELTA_FILE).write_bytes(payload)
         else:
             codec.write_keyframe(staging / codec.KEYFRAME_FILE, bits, self.dtype)
-        serving = {
-            "dtype": self.dtype,
-            "keyframe": last.keyframe if delta else version,
-            "base_version": last.version if delta else -1,
-            "base_sha256": last.sha256 if delta else "",
-            "elements": sum(b.size for b in bits.values()),
-            "changed": changed,
-            "tensors": {
-                n: {"sha256": sha, "shape": list(b.shape)} for n, (b, sha, _) in done.items()
-            },
-        }
+        serving = self._serving(version, delta, done, changed)
         pointer = self.store.commit(
             version,
             staging,
@@ -104,6 +88,34 @@ class WeightPublisher:
             time.perf_counter() - start,
         )
         return pointer
+
+    def _delta_of(self, master: dict[str, np.ndarray], version: int) -> bool:
+        """Whether ``version`` goes out as a delta against the last one: it follows it, its
+        keyframe is recent enough and every tensor has the same name and shape."""
+        last = self.last
+        return (
+            last is not None
+            and last.version == version - 1
+            and version - last.keyframe < self.keyframe_every
+            and last.bits.keys() == master.keys()
+            and all(last.bits[n].shape == a.shape for n, a in master.items())
+        )
+
+    def _serving(self, version: int, delta: bool, done: dict, changed: int) -> dict:
+        """The manifest's ``serving`` section (docs/weights.md): the chain's keyframe, the base
+        version and its manifest hash, and every reconstructed tensor's sha256 and shape."""
+        last = self.last
+        return {
+            "dtype": self.dtype,
+            "keyframe": last.keyframe if delta else version,
+            "base_version": last.version if delta else -1,
+            "base_sha256": last.sha256 if delta else "",
+            "elements": sum(b.size for b, _, _ in done.values()),
+            "changed": changed,
+            "tensors": {
+                n: {"sha256": sha, "shape": list(b.shape)} for n, (b, sha, _) in done.items()
+            },
+        }
 
 
 _WEIGHT_FILES = {"config.json", "generation_config.json", "model.safetensors.index.json"}

@@ -89,44 +89,12 @@ class LearnerServicer(learner_pb2_grpc.LearnerServiceServicer):
 
     @rpc.translate_errors
     def StartRun(self, request, context):
-        if self.ranks is not None and self.ranks.failure:
-            raise FailedPrecondition(f"{self.ranks.failure}: restart the learner for a new run")
-        cfg = parse_run_config(request.config_yaml)
-        self.read_roots.confine(cfg)  # before anything looks at the files
-        if not Path(cfg.model).is_dir():
-            raise InvalidArgument("model", f"directory {cfg.model} does not exist")
-        from services.learner.model.deepspeed_engine import check_optimizer
-
-        refused = check_optimizer(cfg.train, self.config.zero_stage, torch.cuda.is_available())
-        if refused:
-            raise InvalidArgument("train.optimizer", refused)
-        # Bad data is the caller's error: report it now (this also fills the model's defaults
-        # into cfg, so config.yaml records them).
-        prompts = load_run_prompts(cfg)
-        check_trackers(cfg.logging)  # W&B / MLflow enabled but not installed: before any file
-        if cfg.probe is not None:
-            load_prompts(cfg.probe.path, field="probe.path")
-            if self.ranks is not None and self.config.zero_stage == 3:
-                raise InvalidArgument(
-                    "probe", "is measured on rank 0 alone, which ZeRO-3's partitioned "
-                    "parameters do not allow with several ranks: use zero_stage 2 or no probe"
-                )
+        cfg, prompts = self._checked_run(request)
         run_id = request.run_id or time.strftime("run-%Y%m%d-%H%M%S-") + uuid.uuid4().hex[:6]
         if not _RUN_ID.match(run_id):
             raise InvalidArgument("run_id", "use 1-64 letters, digits, '.', '_' or '-'")
         with self.lock:
-            busy = [r for r in self.runs.values() if not r.ended]
-            if busy:
-                raise FailedPrecondition(f"run {busy[0].run_id} is still running; StopRun it first")
-            run_dir = Path(self.config.runs_dir) / run_id
-            if run_dir.exists() and not request.resume and (run_dir / "metrics.jsonl").exists():
-                raise FailedPrecondition(
-                    f"run {run_id} already exists in {run_dir}; "
-                    "set resume=true or pick a new run_id"
-                )
-            if request.resume and not (run_dir / "checkpoints").is_dir():
-                raise FailedPrecondition(f"run {run_id} has no checkpoint to resume in {run_dir}")
-            run_dir.mkdir(parents=True, exist_ok=True)
+            run_dir = self._run_dir(run_id, request.resume)
             (run_dir / "config.yaml").write_text(dump(cfg))
             sinks = build_sinks(
                 cfg.logging,
@@ -157,6 +125,49 @@ class LearnerServicer(learner_pb2_grpc.LearnerServiceServicer):
             thread.start()
         log.info("started run %s in %s", run_id, run_dir)
         return self._info(state)
+
+    def _checked_run(self, request):
+        """The request's run config and prompts, every check a caller can act on made before
+        anything starts (INVALID_ARGUMENT / PERMISSION_DENIED / FAILED_PRECONDITION)."""
+        if self.ranks is not None and self.ranks.failure:
+            raise FailedPrecondition(f"{self.ranks.failure}: restart the learner for a new run")
+        cfg = parse_run_config(request.config_yaml)
+        self.read_roots.confine(cfg)  # before anything looks at the files
+        if not Path(cfg.model).is_dir():
+            raise InvalidArgument("model", f"directory {cfg.model} does not exist")
+        from services.learner.model.deepspeed_engine import check_optimizer
+
+        refused = check_optimizer(cfg.train, self.config.zero_stage, torch.cuda.is_available())
+        if refused:
+            raise InvalidArgument("train.optimizer", refused)
+        # Bad data is the caller's error: report it now (this also fills the model's defaults
+        # into cfg, so config.yaml records them).
+        prompts = load_run_prompts(cfg)
+        check_trackers(cfg.logging)  # W&B / MLflow enabled but not installed: before any file
+        if cfg.probe is not None:
+            load_prompts(cfg.probe.path, field="probe.path")
+            if self.ranks is not None and self.config.zero_stage == 3:
+                raise InvalidArgument(
+                    "probe", "is measured on rank 0 alone, which ZeRO-3's partitioned "
+                    "parameters do not allow with several ranks: use zero_stage 2 or no probe"
+                )
+        return cfg, prompts
+
+    def _run_dir(self, run_id: str, resume: bool) -> Path:
+        """The run's directory, made; refused while another run is live, for a run id that
+        exists (unless resuming) and for a resume without a checkpoint. Under ``self.lock``."""
+        busy = [r for r in self.runs.values() if not r.ended]
+        if busy:
+            raise FailedPrecondition(f"run {busy[0].run_id} is still running; StopRun it first")
+        run_dir = Path(self.config.runs_dir) / run_id
+        if run_dir.exists() and not resume and (run_dir / "metrics.jsonl").exists():
+            raise FailedPrecondition(
+                f"run {run_id} already exists in {run_dir}; set resume=true or pick a new run_id"
+            )
+        if resume and not (run_dir / "checkpoints").is_dir():
+            raise FailedPrecondition(f"run {run_id} has no checkpoint to resume in {run_dir}")
+        run_dir.mkdir(parents=True, exist_ok=True)
+        return run_dir
 
     def _train(self, trainer: Trainer, state: RunState) -> None:
         try:

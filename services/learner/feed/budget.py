@@ -114,6 +114,23 @@ def allocate(
     if objective not in OBJECTIVES:
         raise ValueError(f"objective must be one of {OBJECTIVES}, got {objective!r}")
     log_gain = _log_gain_variance if objective == "variance" else _log_gain
+    rates, total, n_min, n_max = _checked(pass_rates, total, n_min, n_max)
+    k = len(rates)
+    counts = [n_min] * k  # paths per prompt so far
+    # heap entries: (-log gain of the next path, paths so far, index) -> largest gain first
+    heap = [(-log_gain(n_min, p), n_min, i) for i, p in enumerate(rates) if n_min < n_max]
+    heapq.heapify(heap)
+    for _ in range(total - k * n_min):
+        _, n, i = heapq.heappop(heap)
+        n += 1
+        counts[i] = n
+        if n < n_max:
+            heapq.heappush(heap, (-log_gain(n, rates[i]), n, i))
+    return counts
+
+
+def _checked(pass_rates, total, n_min, n_max) -> tuple[list[float], int, int, int]:
+    """allocate's inputs as floats and ints; ValueError naming what cannot be met."""
     rates = [float(p) for p in pass_rates]
     for i, p in enumerate(rates):
         _check_p(i, p)
@@ -131,18 +148,7 @@ def allocate(
             f"total = {total} paths cannot be split over {k} prompts with {n_min} <= n <= "
             f"{n_max} each: it must lie in [{k * n_min}, {k * n_max}]"
         )
-
-    counts = [n_min] * k  # paths per prompt so far
-    # heap entries: (-log gain of the next path, paths so far, index) -> largest gain first
-    heap = [(-log_gain(n_min, p), n_min, i) for i, p in enumerate(rates) if n_min < n_max]
-    heapq.heapify(heap)
-    for _ in range(total - k * n_min):
-        _, n, i = heapq.heappop(heap)
-        n += 1
-        counts[i] = n
-        if n < n_max:
-            heapq.heappush(heap, (-log_gain(n, rates[i]), n, i))
-    return counts
+    return rates, total, n_min, n_max
 
 
 def pass_rate_estimate(

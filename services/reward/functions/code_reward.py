@@ -148,73 +148,17 @@ def interpret(answer: dict, n_tests: int, spec: CodeSpec) -> Score:
     """Turn the runner's answer for one job into a Score."""
     if "runner_error" in answer:
         return Score(0.0, status=RewardStatus.ERROR, detail=answer["runner_error"])
-    lines = [ln for ln in answer.get("lines", []) if isinstance(ln, dict)]
-    stage = {
-        ln.get("stage"): ln
-        for ln in lines
-        if ln.get("stage") in ("syntax", "run", "done", "tamper")
-    }
-    results = {
-        ln.get("index"): ln
-        for ln in lines
-        if ln.get("stage") == "test" and isinstance(ln.get("index"), int)
-    }
-    syntax_ok = bool(stage.get("syntax", {}).get("ok"))
-    runs_ok = bool(stage.get("run", {}).get("ok"))
-    passed = sum(1 for i in range(n_tests) if results.get(i, {}).get("ok") is True)
-    comps = {
-        "syntax_ok": float(syntax_ok),
-        "runs_ok": float(runs_ok),
-        "tests_passed": float(passed),
-        "tests_total": float(n_tests),
-        "pass_rate": passed / n_tests if n_tests else 0.0,
-        "cpu_s": float(answer.get("cpu_s") or 0.0),
-    }
+    stage, results, comps = _report(answer, n_tests)
     latency = float(answer.get("wall_s") or 0.0) * 1000
-
-    def fail(status: str, detail: str) -> Score:
+    failure = _failure(answer, stage, results, comps, spec)
+    if failure is not None:
+        status, detail = failure
         return Score(0.0, status=status, detail=detail, components=comps, latency_ms=latency)
-
-    sig = answer.get("signal")
-    if answer.get("killed") == "wall":
-        return fail(RewardStatus.TIMEOUT, f"wall-time limit ({spec.wall_s:g}s) exceeded")
-    if sig == signal.SIGXCPU or (sig == signal.SIGKILL and comps["cpu_s"] >= spec.cpu_s * 0.9):
-        return fail(RewardStatus.TIMEOUT, f"CPU-time limit ({spec.cpu_s:g}s) exceeded")
-    if "tamper" in stage:
-        why = str(stage["tamper"].get("detail") or "")[:200]
-        return fail(
-            RewardStatus.ERROR, f"sandbox: the completion broke the checker's protocol ({why})"
-        )
-    errors = [
-        stage.get("syntax", {}).get("error") if syntax_ok is False and "syntax" in stage else None,
-        stage.get("run", {}).get("error"),
-    ] + [r.get("error") for r in results.values()]
-    for error in errors:
-        why = sandbox_violation(error, spec)
-        if why:
-            return fail(RewardStatus.ERROR, f"sandbox: {why}")
-    if sig is not None:
-        name = signal.Signals(sig).name if sig in signal.Signals.__members__.values() else str(sig)
-        hint = (
-            " (likely the memory or stack limit)"
-            if sig in (signal.SIGSEGV, signal.SIGKILL, signal.SIGBUS)
-            else ""
-        )
-        return fail(RewardStatus.ERROR, f"sandbox: killed by {name}{hint}")
-    if "syntax" not in stage:
-        return fail(
-            RewardStatus.ERROR,
-            f"sandbox harness produced no report (exit code {answer.get('exit')})",
-        )
+    syntax_ok, runs_ok = bool(comps["syntax_ok"]), bool(comps["runs_ok"])
     if not syntax_ok:
         detail = "syntax error: " + _brief(stage["syntax"].get("error"))
     elif not runs_ok and "run" in stage:
         detail = "the code raised: " + _brief(stage["run"].get("error"))
-    elif "done" not in stage:
-        return fail(
-            RewardStatus.ERROR,
-            f"the program exited before the tests finished (exit code {answer.get('exit')})",
-        )
     else:
         failed = [i for i in range(n_tests) if results.get(i, {}).get("ok") is not True]
         detail = (
@@ -224,7 +168,7 @@ def interpret(answer: dict, n_tests: int, spec: CodeSpec) -> Score:
             + _brief(results.get(failed[0], {}).get("error"))
         )
     if spec.mode == "binary":
-        reward = 1.0 if runs_ok and n_tests and passed == n_tests else 0.0
+        reward = 1.0 if runs_ok and n_tests and comps["tests_passed"] == n_tests else 0.0
     elif spec.mode == "partial":
         reward = comps["pass_rate"]
     else:
@@ -237,6 +181,71 @@ def interpret(answer: dict, n_tests: int, spec: CodeSpec) -> Score:
     return Score(
         reward, status=RewardStatus.OK, detail=detail, components=comps, latency_ms=latency
     )
+
+
+def _report(answer: dict, n_tests: int) -> tuple[dict, dict, dict[str, float]]:
+    """The harness's report lines by stage, the test results by index, and the components."""
+    lines = [ln for ln in answer.get("lines", []) if isinstance(ln, dict)]
+    stage = {
+        ln.get("stage"): ln
+        for ln in lines
+        if ln.get("stage") in ("syntax", "run", "done", "tamper")
+    }
+    results = {
+        ln.get("index"): ln
+        for ln in lines
+        if ln.get("stage") == "test" and isinstance(ln.get("index"), int)
+    }
+    passed = sum(1 for i in range(n_tests) if results.get(i, {}).get("ok") is True)
+    comps = {
+        "syntax_ok": float(bool(stage.get("syntax", {}).get("ok"))),
+        "runs_ok": float(bool(stage.get("run", {}).get("ok"))),
+        "tests_passed": float(passed),
+        "tests_total": float(n_tests),
+        "pass_rate": passed / n_tests if n_tests else 0.0,
+        "cpu_s": float(answer.get("cpu_s") or 0.0),
+    }
+    return stage, results, comps
+
+
+def _failure(answer: dict, stage: dict, results: dict, comps, spec) -> tuple[str, str] | None:
+    """(status, detail) when the run itself failed: a limit, a sandbox violation, a signal, a
+    broken protocol or a missing report; None when the code ran and the tests reported."""
+    sig = answer.get("signal")
+    if answer.get("killed") == "wall":
+        return RewardStatus.TIMEOUT, f"wall-time limit ({spec.wall_s:g}s) exceeded"
+    if sig == signal.SIGXCPU or (sig == signal.SIGKILL and comps["cpu_s"] >= spec.cpu_s * 0.9):
+        return RewardStatus.TIMEOUT, f"CPU-time limit ({spec.cpu_s:g}s) exceeded"
+    if "tamper" in stage:
+        why = str(stage["tamper"].get("detail") or "")[:200]
+        return RewardStatus.ERROR, f"sandbox: the completion broke the checker's protocol ({why})"
+    syntax_failed = not comps["syntax_ok"] and "syntax" in stage
+    errors = [
+        stage.get("syntax", {}).get("error") if syntax_failed else None,
+        stage.get("run", {}).get("error"),
+    ] + [r.get("error") for r in results.values()]
+    for error in errors:
+        why = sandbox_violation(error, spec)
+        if why:
+            return RewardStatus.ERROR, f"sandbox: {why}"
+    if sig is not None:
+        name = signal.Signals(sig).name if sig in signal.Signals.__members__.values() else str(sig)
+        hint = (
+            " (likely the memory or stack limit)"
+            if sig in (signal.SIGSEGV, signal.SIGKILL, signal.SIGBUS)
+            else ""
+        )
+        return RewardStatus.ERROR, f"sandbox: killed by {name}{hint}"
+    if "syntax" not in stage:
+        return RewardStatus.ERROR, (
+            f"sandbox harness produced no report (exit code {answer.get('exit')})"
+        )
+    runs_failed = not comps["runs_ok"] and "run" in stage
+    if comps["syntax_ok"] and not runs_failed and "done" not in stage:
+        return RewardStatus.ERROR, (
+            f"the program exited before the tests finished (exit code {answer.get('exit')})"
+        )
+    return None
 
 
 class CodeReward:

@@ -57,10 +57,36 @@ class Pipeline:
         return None
 
     def score_batch(self, items: list[ScoreItem]) -> list[Score]:
-        s = self.spec
+        """Stage by stage (module docstring): the safety filter and the rules, the gates, the
+        scorer; an item leaves at the first stage it fails, with ``exit_stage`` saying which."""
         out: list[Score | None] = [None] * len(items)
         comps: list[dict[str, float]] = [{} for _ in items]
         latency = [0.0] * len(items)
+        alive, work = self._screen(items, out, comps)
+        for gate, minimum in self.spec.gates.items():
+            if not alive:
+                break
+            alive, work = self._gate(gate, minimum, alive, work, out, comps, latency)
+        s = self.spec
+        if alive:
+            for i, r in zip(alive, self.registry.score(s.scorer, work)):
+                reward = max(-s.clip, min(s.clip, r.reward)) if s.clip else r.reward
+                comps[i].update(r.components)
+                comps[i][s.scorer] = r.reward
+                comps[i]["exit_stage"] = 3.0
+                out[i] = Score(
+                    reward,
+                    status=r.status,
+                    detail=r.detail,
+                    components=comps[i],
+                    latency_ms=latency[i] + r.latency_ms,
+                )
+        return out  # type: ignore[return-value]
+
+    def _screen(self, items, out, comps) -> tuple[list[int], list[ScoreItem]]:
+        """Stages 0 and 1: the safety filter on each whole completion, then the rules on its
+        (truncated) text; returns the indices that pass and their items."""
+        s = self.spec
         alive: list[int] = []
         work: list[ScoreItem] = []
         verdicts = self.filter.check([item.completion for item in items])  # the whole completion
@@ -89,42 +115,29 @@ class Pipeline:
                 continue
             alive.append(i)
             work.append(ScoreItem(item.id, item.prompt, text, item.reference, item.extra))
-        for gate, minimum in s.gates.items():
-            if not alive:
-                break
-            survivors, still = [], []
-            for i, item, g in zip(alive, work, self.registry.score(gate, work)):
-                comps[i][f"gate/{gate}"] = g.reward
-                latency[i] += g.latency_ms
-                if g.status != RewardStatus.OK or g.reward < minimum:
-                    comps[i]["exit_stage"] = 2.0
-                    detail = f"early exit at gate {gate}: " + (
-                        f"{g.status}: {g.detail}"
-                        if g.status != RewardStatus.OK
-                        else f"reward {g.reward:g} < {minimum:g}"
-                    )
-                    out[i] = Score(
-                        s.fail_reward,
-                        status=g.status,
-                        detail=detail,
-                        components=comps[i],
-                        latency_ms=latency[i],
-                    )
-                else:
-                    survivors.append(i)
-                    still.append(item)
-            alive, work = survivors, still
-        if alive:
-            for i, r in zip(alive, self.registry.score(s.scorer, work)):
-                reward = max(-s.clip, min(s.clip, r.reward)) if s.clip else r.reward
-                comps[i].update(r.components)
-                comps[i][s.scorer] = r.reward
-                comps[i]["exit_stage"] = 3.0
-                out[i] = Score(
-                    reward,
-                    status=r.status,
-                    detail=r.detail,
-                    components=comps[i],
-                    latency_ms=latency[i] + r.latency_ms,
+        return alive, work
+
+    def _gate(self, gate, minimum, alive, work, out, comps, latency):
+        """Stage 2, one gate: items whose gate reward is below ``minimum`` (or failed) leave."""
+        survivors, still = [], []
+        for i, item, g in zip(alive, work, self.registry.score(gate, work)):
+            comps[i][f"gate/{gate}"] = g.reward
+            latency[i] += g.latency_ms
+            if g.status != RewardStatus.OK or g.reward < minimum:
+                comps[i]["exit_stage"] = 2.0
+                detail = f"early exit at gate {gate}: " + (
+                    f"{g.status}: {g.detail}"
+                    if g.status != RewardStatus.OK
+                    else f"reward {g.reward:g} < {minimum:g}"
                 )
-        return out  # type: ignore[return-value]
+                out[i] = Score(
+                    self.spec.fail_reward,
+                    status=g.status,
+                    detail=detail,
+                    components=comps[i],
+                    latency_ms=latency[i],
+                )
+            else:
+                survivors.append(i)
+                still.append(item)
+        return survivors, still

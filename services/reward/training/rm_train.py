@@ -193,21 +193,57 @@ def evaluate(
 
 
 def train(args) -> dict:
+    """Train a pairwise reward model on ``args.data`` (margin loss), evaluate it on the held-out
+    pairs and save it with its metadata in ``args.out``; returns the metrics."""
     import torch
-    import torch.nn.functional as F
 
     if args.threads:
         torch.set_num_threads(args.threads)
     start = time.monotonic()
     pairs = load_pairs(args.data)
     train_pairs, val_pairs = split_pairs(pairs, args.val_fraction, args.seed)
-    template, eos = args.template, not args.no_eos
     texts = [
-        fill_template(template, p["prompt"], p[side])
+        fill_template(args.template, p["prompt"], p[side])
         for p in pairs
         for side in ("chosen", "rejected")
     ]
     model, tok = build_model(args.backbone, args.hidden, args.layers, args.seed, args.heads, texts)
+    step, losses = _fit(model, tok, train_pairs, val_pairs, args, start)
+    train_s = time.monotonic() - start
+    metrics = {
+        **_validation(model, tok, val_pairs, args),
+        "train_pairs": len(train_pairs),
+        "val_pairs": len(val_pairs),
+        "steps": step,
+        "final_loss": sum(losses[-50:]) / max(1, len(losses[-50:])),
+        "train_seconds": train_s,
+        "total_seconds": time.monotonic() - start,
+    }
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(out, safe_serialization=True)
+    tok.save_pretrained(out)
+    data_margins = sum(p.get("margin") is not None for p in train_pairs)
+    meta = {
+        "template": args.template,
+        "append_eos": not args.no_eos,
+        "max_length": args.max_length,
+        "margin": args.margin,
+        "data_margins": data_margins if not args.no_data_margin else 0,
+        "margin_scale": args.margin_scale,
+        "metrics": metrics,
+    }
+    (out / META_FILE).write_text(json.dumps(meta, indent=2))
+    return metrics
+
+
+def _fit(model, tok, train_pairs, val_pairs, args, start: float) -> tuple[int, list[float]]:
+    """The optimisation loop: margin loss on sampled batches of pairs until ``args.steps`` or
+    ``args.max_seconds``; returns the steps made and their losses."""
+    import torch
+    import torch.nn.functional as F
+
+    template, eos = args.template, not args.no_eos
     opt = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=0.01)
     total_steps = args.steps or 10**9
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min(1.0, (s + 1) / args.warmup))
@@ -236,23 +272,17 @@ def train(args) -> dict:
         losses.append(loss.item())
         if step % args.log_every == 0:
             probe = ""
-            if (
-                args.probe
-            ):  # progress only: a slice of the validation set, not used for any decision
-                probe = (
-                    " probe_acc %.3f"
-                    % evaluate(model, tok, val_pairs[: args.probe], template, args.max_length, eos)[
-                        "accuracy"
-                    ]
-                )
-            log.info(
-                "step %d loss %.4f%s (%.0fs)",
-                step,
-                sum(losses[-args.log_every :]) / args.log_every,
-                probe,
-                time.monotonic() - start,
-            )
-    train_s = time.monotonic() - start
+            if args.probe:  # progress only: a slice of the validation set, no decision uses it
+                acc = evaluate(model, tok, val_pairs[: args.probe], template, args.max_length, eos)
+                probe = " probe_acc %.3f" % acc["accuracy"]
+            mean = sum(losses[-args.log_every :]) / args.log_every
+            log.info("step %d loss %.4f%s (%.0fs)", step, mean, probe, time.monotonic() - start)
+    return step, losses
+
+
+def _validation(model, tok, val_pairs, args) -> dict:
+    """Accuracy, calibration and score gap on the held-out pairs, and accuracy per pair kind."""
+    template, eos = args.template, not args.no_eos
     val = evaluate(model, tok, val_pairs, template, args.max_length, eos)
     by_kind = {}
     for kind in sorted({p["kind"] for p in val_pairs if isinstance(p.get("kind"), str)}):
@@ -260,39 +290,12 @@ def train(args) -> dict:
         by_kind[kind] = round(
             evaluate(model, tok, subset, template, args.max_length, eos)["accuracy"], 4
         )
-    metrics = {
+    return {
         "val_accuracy": val["accuracy"],
         "val_ece": val["ece"],
         "val_mean_diff": val["mean_diff"],
         "val_accuracy_by_kind": by_kind,
-        "train_pairs": len(train_pairs),
-        "val_pairs": len(val_pairs),
-        "steps": step,
-        "final_loss": sum(losses[-50:]) / max(1, len(losses[-50:])),
-        "train_seconds": train_s,
-        "total_seconds": time.monotonic() - start,
     }
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    model.save_pretrained(out, safe_serialization=True)
-    tok.save_pretrained(out)
-    (out / META_FILE).write_text(
-        json.dumps(
-            {
-                "template": template,
-                "append_eos": eos,
-                "max_length": args.max_length,
-                "margin": args.margin,
-                "data_margins": sum(p.get("margin") is not None for p in train_pairs)
-                if not args.no_data_margin
-                else 0,
-                "margin_scale": args.margin_scale,
-                "metrics": metrics,
-            },
-            indent=2,
-        )
-    )
-    return metrics
 
 
 def parser() -> argparse.ArgumentParser:
