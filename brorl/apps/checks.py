@@ -23,12 +23,12 @@ import grpc
 import redis
 import yaml
 
+from brorl import cluster
 from brorl.apps import compare_cmd, demo_cmd, recipe, study_cmd, sweep_cmd
 from brorl.apps.launcher import REPO_ROOT
 from brorl.config.base import load_config, parse_text
 from brorl.errors import BrorlError
 from brorl.security import SecurityConfig
-from brorl import cluster
 
 EXIT_FAILED = 1  # something started and then failed: a service died, a run failed
 EXIT_BAD_INPUT = 2  # an input is wrong or a service does not answer; nothing was started
@@ -291,14 +291,9 @@ def check_demo(args, rest) -> None:
 def _local_cluster(args, workers: int) -> None:
     """What a command that starts a local cluster on fixed ports needs (cluster, demo)."""
     output_dir("--workdir", args.workdir)
-    free_ports(
-        cluster_ports(
-            workers,
-            ("--reward-port", args.reward_port),
-            ("--learner-port", args.learner_port),
-            ("--rollout-base-port", args.rollout_base_port),
-        )
-    )
+    flags = ("--reward-port", "--learner-port", "--rollout-base-port")
+    ports = (args.reward_port, args.learner_port, args.rollout_base_port)
+    free_ports(cluster_ports(workers, *zip(flags, ports)))
     redis_ready("--redis-url", args.redis_url)
 
 

@@ -231,19 +231,10 @@ def _bounded_powers(expr) -> bool:
     return True
 
 
-@lru_cache(maxsize=4096)
-def _parse(s: str):
+def _sympy_namespace(plain: str) -> tuple[dict, dict]:
+    """The only names an answer may use in sympy: its one-letter symbols and a few functions."""
     import sympy
-    from sympy.parsing.sympy_parser import (
-        convert_xor,
-        implicit_multiplication_application,
-        parse_expr,
-        standard_transformations,
-    )
 
-    plain = latex_to_plain(s)
-    if not _safe_for_sympy(plain):
-        return None
     names = {n: sympy.Symbol(n) for n in set(_IDENT.findall(plain)) if len(n) == 1}
     names.update(
         {
@@ -269,6 +260,22 @@ def _parse(s: str):
         "Mul": sympy.Mul,
         "Pow": sympy.Pow,
     }
+    return names, glob
+
+
+@lru_cache(maxsize=4096)
+def _parse(s: str):
+    from sympy.parsing.sympy_parser import (
+        convert_xor,
+        implicit_multiplication_application,
+        parse_expr,
+        standard_transformations,
+    )
+
+    plain = latex_to_plain(s)
+    if not _safe_for_sympy(plain):
+        return None
+    names, glob = _sympy_namespace(plain)
     transformations = standard_transformations + (implicit_multiplication_application, convert_xor)
     if "," in plain and plain[:1] in "([" and plain[-1:] in ")]":  # a tuple: (1, 2)
         plain = plain[1:-1]

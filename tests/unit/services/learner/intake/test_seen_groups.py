@@ -47,7 +47,9 @@ def test_missing_are_the_cursors_in_flight():
 def test_memory_stays_bounded_by_the_groups_in_flight():
     seen = SeenGroups()
     window = 64  # groups in flight at once, arriving in any order within the window
-    order = [c for base in range(0, window * 1000, window) for c in reversed(range(base, base + window))]
+    order = [
+        c for base in range(0, window * 1000, window) for c in reversed(range(base, base + window))
+    ]
     for c in order:
         seen.add(ids.group_id(c))
         assert len(seen.above) < window
