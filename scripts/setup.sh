@@ -10,7 +10,7 @@ quiet() { "$@" 2> >(grep -v -e "^WARNING: Location" -e "^WARNING: Running pip as
 # the checkout: docker/Dockerfile runs it before it copies the source in.
 deps_only=0
 if [ "${1:-}" = "--deps-only" ]; then deps_only=1; fi
-# The Node.js example's packages (examples/node; tests/e2e/test_node_client.py runs it), at the
+# The Node.js example's packages (examples/node; tests/e2e/cluster/test_node_client.py runs it), at the
 # exact versions of its package-lock.json. Its own stamp inside node_modules, checked before the
 # Python stamp below, so a changed npm lock installs again and a deleted node_modules does too.
 # Without node or npm this is a note, not a failure: brorl itself needs neither.
