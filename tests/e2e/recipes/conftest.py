@@ -1,20 +1,40 @@
 """Running a recipe command (``brorl sweep / study / compare``) to its end."""
 
+import shutil
 import subprocess
 import sys
 
 import pytest
 
-from brorl.apps.launcher import REPO_ROOT
+from brorl.apps.launcher import REPO_ROOT, child_env
+
+# The shortened warm-start every recipe test trains on (its `warmstart=` override): trained once
+# per session (recipe_warmstart) and copied into each test's workdir, where the recipe finds it
+# cached under its config hash (demo/warmstart.py) instead of training it again.
+WARMSTART = ["--steps", "150", "--eval-problems", "50"]
+WARMSTART_OVERRIDE = "[" + ",".join(WARMSTART) + "]"
+
+
+@pytest.fixture(scope="session")
+def recipe_warmstart(tmp_path_factory):
+    out = tmp_path_factory.mktemp("recipe_warmstart") / "warmstart"
+    cmd = [sys.executable, "-m", "demo", "warmstart", "--out", str(out), *WARMSTART]
+    proc = subprocess.run(
+        cmd, cwd=REPO_ROOT, env=child_env(), capture_output=True, text=True, timeout=900
+    )
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    return out
 
 
 @pytest.fixture
-def recipe_command(tmp_path):
+def recipe_command(tmp_path, recipe_warmstart):
     """Factory: recipe_command(["sweep"], port, *overrides) runs ``brorl sweep --workdir
     <tmp>/work --base-port port overrides...`` to its end, keeps its output in
-    ``<tmp>/stdout.txt`` and returns it; a non-zero exit fails the test with the output's tail."""
+    ``<tmp>/stdout.txt`` and returns it; a non-zero exit fails the test with the output's tail.
+    The workdir starts with the session's WARMSTART model in place."""
 
     def run(command: list[str], base_port: int, *args: str, timeout: float = 900) -> str:
+        shutil.copytree(recipe_warmstart, tmp_path / "work" / "warmstart")
         cmd = [sys.executable, "-m", "brorl.apps.cli", *command, "--workdir",
                str(tmp_path / "work"), "--base-port", str(base_port), *args]  # fmt: skip
         proc = subprocess.run(cmd, cwd=REPO_ROOT, capture_output=True, text=True, timeout=timeout)

@@ -7,6 +7,7 @@ import json
 import pytest
 
 from brorl.apps.launcher import REPO_ROOT
+from tests.e2e.recipes.conftest import WARMSTART_OVERRIDE
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.redis]
 
@@ -19,7 +20,7 @@ eval_points: 2
 eval_problems: 50
 train_problems: 500
 workers: 1
-warmstart: [--steps, 150, --eval-problems, 50]
+warmstart: {warmstart}
 run:
   sampling: {{n: 16}}
   async: {{max_inflight_groups: 4}}
@@ -32,7 +33,8 @@ arms:
 def test_short_compare_writes_table_and_plot(tmp_path, recipe_command):
     out = tmp_path / "docs"
     config = tmp_path / "compare.yaml"  # arms given in a file: overrides merge into the config's
-    config.write_text(CONFIG.format(demo=REPO_ROOT / "configs" / "demo.yaml"))
+    demo = REPO_ROOT / "configs" / "demo.yaml"
+    config.write_text(CONFIG.format(demo=demo, warmstart=WARMSTART_OVERRIDE))
     recipe_command(["compare", "--config", str(config)], 50660, f"out={out}")
     report = json.loads((out / "results.json").read_text())
     runs = {r["arm"]: r for r in report["runs"]}

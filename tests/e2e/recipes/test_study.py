@@ -6,14 +6,16 @@ import json
 
 import pytest
 
+from tests.e2e.recipes.conftest import WARMSTART_OVERRIDE
+
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.redis]
 
 EVAL_POINTS = 2
-# The demo task with a 150-step warm-start, rewarded by `format` so that most groups are mixed
-# (its exact-match accuracy is ~0 after so few steps, and all-zero groups would end every
-# sample-budget arm after one step): this test is about the command, not about the claim.
-WARMSTART = "[--steps,150,--eval-problems,50]"
+# The demo task with the recipes' 150-step warm-start (conftest.WARMSTART), rewarded by `format`
+# so that most groups are mixed (its exact-match accuracy is ~0 after so few steps, and all-zero
+# groups would end every sample-budget arm after one step): this test is about the command, not
+# about the claim.
 
 
 def test_short_broaden_study_writes_results_tables_and_plots(tmp_path, recipe_command):
@@ -21,7 +23,7 @@ def test_short_broaden_study_writes_results_tables_and_plots(tmp_path, recipe_co
     recipe_command(
         ["study", "broaden"], 50660,
         "seeds=[0]", "small_n=8", "wide_n=16", "workers=1", "train_problems=500",
-        f"warmstart={WARMSTART}", "eval_problems=50",
+        f"warmstart={WARMSTART_OVERRIDE}", "eval_problems=50",
         # min gain 1.0 over a window of 1: the second evaluation (step 1) is a plateau
         "eval_every=1", "plateau_window=1", "plateau_min_gain=1.0", "saturate_max_steps=3",
         "sample_budget=1500", "wall_s=20", "budget_n=8", "budget_n_min=2", "budget_n_max=14",

@@ -5,6 +5,8 @@ import json
 
 import pytest
 
+from tests.e2e.recipes.conftest import WARMSTART_OVERRIDE
+
 pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.redis]
 
 
@@ -14,7 +16,7 @@ def test_short_sweep_writes_table_and_plots(tmp_path, recipe_command):
         ["sweep"], 50560,
         "ns=[16,64]", "seeds=[0]", "equal_steps=2", "sample_budget=256", "eval_problems=50",
         "eval_points=1", "train_problems=500", "workers=1",
-        "warmstart=[--steps,150,--eval-problems,50]", f"out={out}",
+        f"warmstart={WARMSTART_OVERRIDE}", f"out={out}",
     )  # fmt: skip
     report = json.loads((out / "results.json").read_text())
     assert [(r["regime"], r["n"], r["steps"]) for r in report["runs"]] == [
