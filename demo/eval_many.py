@@ -23,13 +23,13 @@ def load_model(path: str, base_dir: str):
 
     if not (Path(path) / "manifest.json").is_file():
         return AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
-    from brorl.weights import codec as weight_codec
+    from brorl.weights import codec
     from brorl.weights.chain import reconstruct
 
     state = reconstruct(Path(path))
     model = AutoModelForCausalLM.from_pretrained(base_dir, dtype=torch.float32)
     tensors = {
-        n: torch.from_numpy(weight_codec.bits_to_float32(b, state.dtype).copy())
+        n: torch.from_numpy(codec.bits_to_float32(b, state.dtype).copy())
         for n, b in state.tensors.items()
     }
     missing, unexpected = model.load_state_dict(tensors, strict=False)

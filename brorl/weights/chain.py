@@ -225,8 +225,6 @@ def export_hf(path: Path, base_dir: Path, out: Path) -> Path:
 
     from safetensors.numpy import save_file
 
-    from brorl.weights import codec as weight_codec
-
     state = reconstruct(Path(path))
     out = Path(out)
     if out.exists():
@@ -235,6 +233,6 @@ def export_hf(path: Path, base_dir: Path, out: Path) -> Path:
     for f in Path(base_dir).iterdir():
         if f.is_file() and f.suffix not in (".safetensors", ".bin") and f.name != "manifest.json":
             shutil.copy2(f, out / f.name)
-    tensors = {n: weight_codec.bits_to_float32(b, state.dtype) for n, b in state.tensors.items()}
+    tensors = {n: codec.bits_to_float32(b, state.dtype) for n, b in state.tensors.items()}
     save_file(tensors, str(out / "model.safetensors"), metadata={"format": "pt"})
     return out
