@@ -29,7 +29,7 @@ import grpc
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from brorl.apps.launcher import ServiceProc, stop_all  # noqa: E402
+from brorl.apps.service_proc import ServiceProc, stop_all  # noqa: E402
 from brorl.v1 import common_pb2, reward_pb2, reward_pb2_grpc, rollout_pb2, rollout_pb2_grpc  # noqa: E402,E501
 
 

@@ -41,9 +41,10 @@ class ClusterLayout:
 
 DEFAULT = ClusterLayout.from_base_port(50052)
 ROLLOUT_PORT = 50051  # a lone rollout service (its config's default; one per container)
+ENV_PORT = 50054  # an environment service of envs/ (docs/environments.md)
 
 # The Prometheus /metrics port each service serves on by default (docs/observability.md).
-METRICS_PORTS = {"rollout": 9461, "reward": 9452, "learner": 9453}
+METRICS_PORTS = {"rollout": 9461, "reward": 9452, "learner": 9453, "env": 9454}
 
 
 def address(port: int, host: str = HOST) -> str:

@@ -17,9 +17,27 @@ class RewardStatus:
     TIMEOUT = "timeout"  # the function ran out of its time limit; the reward is not used
     ERROR = "error"  # the function failed on this item; the reward is not used
     FILTERED = "filtered"  # a safety filter stage withheld it before scoring; never trained on
+    ENV_ERROR = "env_error"  # an episode's environment failed (error, garbage): path left out
+    ENV_TIMEOUT = "env_timeout"  # an episode's environment step or the episode ran out of time
 
-    ALL = (OK, TIMEOUT, ERROR, FILTERED)
-    FAILED = (TIMEOUT, ERROR)  # left out of advantages (docs/reliability.md)
+    ALL = (OK, TIMEOUT, ERROR, FILTERED, ENV_ERROR, ENV_TIMEOUT)
+    FAILED = (TIMEOUT, ERROR, ENV_ERROR, ENV_TIMEOUT)  # left out of advantages (reliability.md)
+
+
+class EpisodeReward:
+    """``EnvironmentParams.reward``: what an episode's path is rewarded with."""
+
+    ENV = "env"  # the sum of the environment's turn rewards
+    REWARD_FN = "reward_fn"  # the reward service's score of the transcript (the job's reward_fn)
+    SUM = "sum"  # both, added
+
+    ALL = (ENV, REWARD_FN, SUM)
+
+
+class TokenTurn:
+    """``Path.token_turns``: whose a token after the prompt is (k >= 1: the policy's k-th turn)."""
+
+    ENVIRONMENT = 0
 
 
 class ConsumerGroup:

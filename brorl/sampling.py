@@ -190,3 +190,20 @@ def verifies(path_id: str, share: float) -> bool:
     if share <= 0 or share >= 1:
         return True
     return zlib.crc32(path_id.encode()) / 2**32 < share
+
+
+def environment_params(env_cfg) -> common_pb2.EnvironmentParams:
+    """What a job of a run with an ``env`` section (``brorl.config.environment``) asks of the
+    rollout worker's episodes; an empty message (single-turn paths) without one."""
+    if env_cfg is None:
+        return common_pb2.EnvironmentParams()
+    return common_pb2.EnvironmentParams(
+        address=env_cfg.address,
+        max_turns=env_cfg.max_turns,
+        max_total_tokens=env_cfg.max_total_tokens,
+        step_timeout_s=env_cfg.step_timeout_s,
+        episode_timeout_s=env_cfg.episode_timeout_s,
+        max_inflight_steps=env_cfg.max_inflight_steps,
+        reward=env_cfg.reward,
+        chat=env_cfg.chat,
+    )

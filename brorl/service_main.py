@@ -23,10 +23,14 @@ def setup_logging(level: str = "INFO") -> None:
 
 
 def run_service(
-    name: str, config_cls: type[C], serve: Callable[[C], None], argv: Sequence[str] | None = None
+    name: str,
+    config_cls: type[C],
+    serve: Callable[[C], None],
+    argv: Sequence[str] | None = None,
+    prog: str = "",
 ) -> int:
     parser = argparse.ArgumentParser(
-        prog=f"python -m services.{name}", description=f"brorl {name} service"
+        prog=prog or f"python -m services.{name}", description=f"brorl {name} service"
     )
     parser.add_argument("--config", help="YAML/JSON config file")
     parser.add_argument("--log-level", default="INFO")

@@ -22,7 +22,7 @@ from pathlib import Path
 import redis
 
 from brorl.apps import scrape_targets
-from brorl.rpc import metrics_port_file, wait_serving
+from brorl.rpc import wait_serving
 from brorl.security import SecurityConfig
 from brorl import cluster
 
@@ -33,6 +33,7 @@ SERVICE_MODULES = {
     "reward": "services.reward",
     "rollout": "services.rollout",
     "learner": "services.learner",
+    "env": "envs",  # the environments brorl ships (docs/environments.md)
 }
 
 
@@ -311,90 +312,3 @@ def child_env(threads: int = 0) -> dict:
     if threads:
         env["OMP_NUM_THREADS"] = str(threads)
     return env
-
-
-class ServiceProc:
-    """One service as a child process on a free port (port 0 + port file): tests and benchmarks."""
-
-    def __init__(
-        self,
-        service: str,
-        tmp: Path,
-        name: str | None = None,
-        security: SecurityConfig | None = None,
-        **overrides,
-    ):
-        self.name = name or service
-        self.security = security
-        self.port_file = tmp / f"{self.name}.port"
-        self.log_path = tmp / f"{self.name}.log"
-        overrides = {
-            "bind": "127.0.0.1:0",
-            "port_file": str(self.port_file),
-            "metrics_bind": "127.0.0.1:0",
-            **security_overrides(security),
-            **overrides,
-        }
-        with open(self.log_path, "wb") as out:
-            self.popen = subprocess.Popen(
-                service_command(service, overrides),
-                cwd=REPO_ROOT,
-                env=child_env(),
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-            )
-        self.pid = self.popen.pid
-
-    @property
-    def address(self) -> str:
-        deadline = time.monotonic() + 60
-        while not self.port_file.exists() or not self.port_file.read_text().strip():
-            if self.popen.poll() is not None:
-                raise RuntimeError(f"{self.name} exited: {self.log()}")
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"{self.name} wrote no port: {self.log()}")
-            time.sleep(0.1)
-        return f"127.0.0.1:{self.port_file.read_text().strip()}"
-
-    @property
-    def metrics_url(self) -> str:
-        self.address  # noqa: B018 - waits for the port files (metrics first, then gRPC)
-        return f"http://127.0.0.1:{metrics_port_file(self.port_file).read_text()}/metrics"
-
-    def wait_serving(self, timeout: float = 420) -> "ServiceProc":
-        try:
-            wait_serving(self.address, timeout=timeout, security=self.security)
-        except TimeoutError as exc:
-            raise TimeoutError(f"{exc}\n{self.log()}") from None
-        return self
-
-    def log(self, lines: int = 30) -> str:
-        return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
-
-    def kill(self, sig=signal.SIGKILL) -> None:
-        """Signal the service and everything in its process group (vLLM engine processes)."""
-        try:
-            os.killpg(self.pid, sig)
-        except ProcessLookupError:
-            pass
-        self.popen.wait(timeout=30)
-
-    def stop(self) -> None:
-        if self.popen.poll() is None:
-            self.popen.terminate()
-            try:
-                self.popen.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                pass
-        self.kill()
-
-
-def stop_all(procs) -> None:
-    """Stop several ServiceProcs: signal them all first so their shutdowns overlap."""
-    procs = list(procs)
-    for p in procs:
-        if p.popen.poll() is None:
-            p.popen.terminate()
-    for p in procs:
-        p.stop()

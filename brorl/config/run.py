@@ -13,6 +13,7 @@ from pydantic import Field, model_validator
 
 from brorl.contract import RewardStatus
 from brorl.config.base import StrictModel, parse_text, validate
+from brorl.config.environment import EnvironmentConfig
 from brorl.config.monitors import MonitorsConfig
 from brorl.config.tracking import LoggingConfig
 from brorl.config.train import TrainConfig
@@ -252,6 +253,11 @@ class RunConfig(StrictModel):
         None,
         description="Probe mass (services/learner/observe/probe.py): the change of the policy's "
         "log-prob of known correct answers, logged as probe/* (none: off).",
+    )
+    env: EnvironmentConfig | None = Field(
+        None,
+        description="Multi-turn episodes against an EnvironmentService (docs/environments.md); "
+        "none: every path is one completion.",
     )
 
     model_config = StrictModel.model_config | {"populate_by_name": True}

@@ -25,7 +25,7 @@ class SamplingParams(_message.Message):
     def __init__(self, n: _Optional[int] = ..., temperature: _Optional[float] = ..., top_k: _Optional[int] = ..., top_p: _Optional[float] = ..., max_tokens: _Optional[int] = ..., seed: _Optional[int] = ..., stop: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class Path(_message.Message):
-    __slots__ = ("path_id", "prompt_id", "group_id", "token_ids", "logprobs", "text", "finish_reason", "weight_version", "sampling", "reward", "reward_components", "reward_status", "worker", "weight", "verifier_reward", "verifier_status")
+    __slots__ = ("path_id", "prompt_id", "group_id", "token_ids", "logprobs", "text", "finish_reason", "weight_version", "sampling", "reward", "reward_components", "reward_status", "worker", "weight", "verifier_reward", "verifier_status", "token_turns", "turn_rewards", "turns", "env_info", "env_seconds")
     class RewardComponentsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -33,6 +33,13 @@ class Path(_message.Message):
         key: str
         value: float
         def __init__(self, key: _Optional[str] = ..., value: _Optional[float] = ...) -> None: ...
+    class EnvInfoEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
     PATH_ID_FIELD_NUMBER: _ClassVar[int]
     PROMPT_ID_FIELD_NUMBER: _ClassVar[int]
     GROUP_ID_FIELD_NUMBER: _ClassVar[int]
@@ -49,6 +56,11 @@ class Path(_message.Message):
     WEIGHT_FIELD_NUMBER: _ClassVar[int]
     VERIFIER_REWARD_FIELD_NUMBER: _ClassVar[int]
     VERIFIER_STATUS_FIELD_NUMBER: _ClassVar[int]
+    TOKEN_TURNS_FIELD_NUMBER: _ClassVar[int]
+    TURN_REWARDS_FIELD_NUMBER: _ClassVar[int]
+    TURNS_FIELD_NUMBER: _ClassVar[int]
+    ENV_INFO_FIELD_NUMBER: _ClassVar[int]
+    ENV_SECONDS_FIELD_NUMBER: _ClassVar[int]
     path_id: str
     prompt_id: str
     group_id: str
@@ -65,7 +77,12 @@ class Path(_message.Message):
     weight: float
     verifier_reward: float
     verifier_status: str
-    def __init__(self, path_id: _Optional[str] = ..., prompt_id: _Optional[str] = ..., group_id: _Optional[str] = ..., token_ids: _Optional[_Iterable[int]] = ..., logprobs: _Optional[_Iterable[float]] = ..., text: _Optional[str] = ..., finish_reason: _Optional[str] = ..., weight_version: _Optional[int] = ..., sampling: _Optional[_Union[SamplingParams, _Mapping]] = ..., reward: _Optional[float] = ..., reward_components: _Optional[_Mapping[str, float]] = ..., reward_status: _Optional[str] = ..., worker: _Optional[str] = ..., weight: _Optional[float] = ..., verifier_reward: _Optional[float] = ..., verifier_status: _Optional[str] = ...) -> None: ...
+    token_turns: _containers.RepeatedScalarFieldContainer[int]
+    turn_rewards: _containers.RepeatedScalarFieldContainer[float]
+    turns: int
+    env_info: _containers.ScalarMap[str, str]
+    env_seconds: float
+    def __init__(self, path_id: _Optional[str] = ..., prompt_id: _Optional[str] = ..., group_id: _Optional[str] = ..., token_ids: _Optional[_Iterable[int]] = ..., logprobs: _Optional[_Iterable[float]] = ..., text: _Optional[str] = ..., finish_reason: _Optional[str] = ..., weight_version: _Optional[int] = ..., sampling: _Optional[_Union[SamplingParams, _Mapping]] = ..., reward: _Optional[float] = ..., reward_components: _Optional[_Mapping[str, float]] = ..., reward_status: _Optional[str] = ..., worker: _Optional[str] = ..., weight: _Optional[float] = ..., verifier_reward: _Optional[float] = ..., verifier_status: _Optional[str] = ..., token_turns: _Optional[_Iterable[int]] = ..., turn_rewards: _Optional[_Iterable[float]] = ..., turns: _Optional[int] = ..., env_info: _Optional[_Mapping[str, str]] = ..., env_seconds: _Optional[float] = ...) -> None: ...
 
 class PathGroup(_message.Message):
     __slots__ = ("run_id", "group_id", "prompt_id", "prompt", "prompt_token_ids", "reference", "paths", "weight_version", "worker", "generate_seconds", "score_seconds", "part_index", "part_count", "generated", "dropped", "stats", "error", "eval", "extra")
@@ -150,8 +167,28 @@ class ExploreParams(_message.Message):
     embedding_model: str
     def __init__(self, oversample_m: _Optional[int] = ..., dedup: _Optional[str] = ..., dedup_threshold: _Optional[float] = ..., retention: _Optional[float] = ..., predictor: _Optional[str] = ..., predictor_prefix_tokens: _Optional[int] = ..., dedup_method: _Optional[str] = ..., embedding_model: _Optional[str] = ...) -> None: ...
 
+class EnvironmentParams(_message.Message):
+    __slots__ = ("address", "max_turns", "max_total_tokens", "step_timeout_s", "episode_timeout_s", "max_inflight_steps", "reward", "chat")
+    ADDRESS_FIELD_NUMBER: _ClassVar[int]
+    MAX_TURNS_FIELD_NUMBER: _ClassVar[int]
+    MAX_TOTAL_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    STEP_TIMEOUT_S_FIELD_NUMBER: _ClassVar[int]
+    EPISODE_TIMEOUT_S_FIELD_NUMBER: _ClassVar[int]
+    MAX_INFLIGHT_STEPS_FIELD_NUMBER: _ClassVar[int]
+    REWARD_FIELD_NUMBER: _ClassVar[int]
+    CHAT_FIELD_NUMBER: _ClassVar[int]
+    address: str
+    max_turns: int
+    max_total_tokens: int
+    step_timeout_s: float
+    episode_timeout_s: float
+    max_inflight_steps: int
+    reward: str
+    chat: bool
+    def __init__(self, address: _Optional[str] = ..., max_turns: _Optional[int] = ..., max_total_tokens: _Optional[int] = ..., step_timeout_s: _Optional[float] = ..., episode_timeout_s: _Optional[float] = ..., max_inflight_steps: _Optional[int] = ..., reward: _Optional[str] = ..., chat: _Optional[bool] = ...) -> None: ...
+
 class PromptJob(_message.Message):
-    __slots__ = ("run_id", "job_id", "group_id", "prompt_id", "prompt", "reference", "sampling", "reward_fn", "learner_step", "part_index", "part_count", "path_offset", "explore", "extra", "eval", "verifier_fn", "verifier_sample", "prompt_token_ids")
+    __slots__ = ("run_id", "job_id", "group_id", "prompt_id", "prompt", "reference", "sampling", "reward_fn", "learner_step", "part_index", "part_count", "path_offset", "explore", "extra", "eval", "verifier_fn", "verifier_sample", "prompt_token_ids", "env")
     class ExtraEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -177,6 +214,7 @@ class PromptJob(_message.Message):
     VERIFIER_FN_FIELD_NUMBER: _ClassVar[int]
     VERIFIER_SAMPLE_FIELD_NUMBER: _ClassVar[int]
     PROMPT_TOKEN_IDS_FIELD_NUMBER: _ClassVar[int]
+    ENV_FIELD_NUMBER: _ClassVar[int]
     run_id: str
     job_id: str
     group_id: str
@@ -195,7 +233,8 @@ class PromptJob(_message.Message):
     verifier_fn: str
     verifier_sample: float
     prompt_token_ids: _containers.RepeatedScalarFieldContainer[int]
-    def __init__(self, run_id: _Optional[str] = ..., job_id: _Optional[str] = ..., group_id: _Optional[str] = ..., prompt_id: _Optional[str] = ..., prompt: _Optional[str] = ..., reference: _Optional[str] = ..., sampling: _Optional[_Union[SamplingParams, _Mapping]] = ..., reward_fn: _Optional[str] = ..., learner_step: _Optional[int] = ..., part_index: _Optional[int] = ..., part_count: _Optional[int] = ..., path_offset: _Optional[int] = ..., explore: _Optional[_Union[ExploreParams, _Mapping]] = ..., extra: _Optional[_Mapping[str, str]] = ..., eval: _Optional[bool] = ..., verifier_fn: _Optional[str] = ..., verifier_sample: _Optional[float] = ..., prompt_token_ids: _Optional[_Iterable[int]] = ...) -> None: ...
+    env: EnvironmentParams
+    def __init__(self, run_id: _Optional[str] = ..., job_id: _Optional[str] = ..., group_id: _Optional[str] = ..., prompt_id: _Optional[str] = ..., prompt: _Optional[str] = ..., reference: _Optional[str] = ..., sampling: _Optional[_Union[SamplingParams, _Mapping]] = ..., reward_fn: _Optional[str] = ..., learner_step: _Optional[int] = ..., part_index: _Optional[int] = ..., part_count: _Optional[int] = ..., path_offset: _Optional[int] = ..., explore: _Optional[_Union[ExploreParams, _Mapping]] = ..., extra: _Optional[_Mapping[str, str]] = ..., eval: _Optional[bool] = ..., verifier_fn: _Optional[str] = ..., verifier_sample: _Optional[float] = ..., prompt_token_ids: _Optional[_Iterable[int]] = ..., env: _Optional[_Union[EnvironmentParams, _Mapping]] = ...) -> None: ...
 
 class WeightVersion(_message.Message):
     __slots__ = ("version", "uri", "sha256", "kind", "base_version", "created_ms", "bytes")

@@ -15,6 +15,7 @@ import time
 import uuid
 from pathlib import Path
 
+import grpc
 import torch
 
 from brorl import queue as q
@@ -144,6 +145,8 @@ class LearnerServicer(learner_pb2_grpc.LearnerServiceServicer):
         # into cfg, so config.yaml records them).
         prompts = load_run_prompts(cfg)
         check_trackers(cfg.logging)  # W&B / MLflow enabled but not installed: before any file
+        if cfg.env is not None:
+            check_environment(cfg.env.address, self.config.security)
         if cfg.probe is not None:
             load_prompts(cfg.probe.path, field="probe.path")
             if self.ranks is not None and self.config.zero_stage == 3:
@@ -213,6 +216,24 @@ class LearnerServicer(learner_pb2_grpc.LearnerServiceServicer):
                 )
         path, step = state.last_checkpoint
         return learner_pb2.CheckpointResponse(path=path, step=step)
+
+
+def check_environment(address: str, security, timeout_s: float = 10.0) -> None:
+    """An EnvironmentService answers Describe at ``address``; else INVALID_ARGUMENT naming
+    env.address (the rollout workers would fail every episode of the run)."""
+    from brorl.v1 import environment_pb2, environment_pb2_grpc
+
+    with rpc.channel(address, security) as channel:
+        stub = environment_pb2_grpc.EnvironmentServiceStub(channel)
+        try:
+            about = stub.Describe(environment_pb2.DescribeRequest(), timeout=timeout_s)
+        except grpc.RpcError as exc:
+            raise InvalidArgument(
+                "env.address",
+                f"no EnvironmentService answers at {address} ({exc.code().name}: "
+                f"{(exc.details() or '')[:200]}); start it, or fix the address",
+            ) from None
+    log.info("environment %s v%s at %s", about.name, about.version, address)
 
 
 def make_policy(zero_stage: int):

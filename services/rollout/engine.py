@@ -62,6 +62,23 @@ class Sample:
     finish_reason: str  # "stop" (EOS or stop string) | "length" (max_tokens reached)
 
 
+def _samples(out) -> list[Sample]:
+    """One vLLM RequestOutput's completions, with the sampling log-prob of each token."""
+    samples = []
+    for comp in out.outputs:
+        token_ids = list(comp.token_ids)
+        lps = comp.logprobs or []
+        samples.append(
+            Sample(
+                token_ids=token_ids,
+                logprobs=[float(lps[i][t].logprob) for i, t in enumerate(token_ids)],
+                text=comp.text,
+                finish_reason=str(comp.finish_reason),
+            )
+        )
+    return samples
+
+
 def _prepare_process_env(kv_cache_gib: int, cpu_threads_bind: str = "auto") -> None:
     """Environment that the spawned engine processes inherit; set before vllm starts them."""
     path = os.environ.get("PYTHONPATH", "")
@@ -151,53 +168,43 @@ class RolloutEngine:
         temperature: float,
         top_k: int = -1,
         top_p: float = 1.0,
-        max_tokens: int = 16,
+        max_tokens: int | list[int] = 16,
         seed: int | None = None,
         stop: list[str] | None = None,
     ) -> list[tuple[list[int], list[Sample]]]:
         """Sample ``n`` paths per prompt; returns (prompt_token_ids, samples) per prompt.
 
         ``temperature=0`` is greedy. ``seed`` makes a call reproducible (vLLM gives path i
-        the seed ``seed + i``). Prompts may be strings or lists of token ids.
+        the seed ``seed + i``). Prompts may be strings or lists of token ids; ``max_tokens``
+        one bound for all, or one per prompt (the turns of episodes with their own budgets).
+        A sample's token ids include a stop string's tokens (its text does not).
         """
         from vllm import SamplingParams
         from vllm.exceptions import VLLMValidationError
 
         inputs = [p if isinstance(p, str) else {"prompt_token_ids": list(p)} for p in prompts]
+        bounds = max_tokens if isinstance(max_tokens, list) else [max_tokens] * len(inputs)
         try:
-            params = SamplingParams(
-                n=n,
-                temperature=temperature,
-                top_k=top_k,
-                top_p=top_p,
-                max_tokens=max_tokens,
-                seed=seed,
-                stop=stop,
-                logprobs=0,
-            )
+            params = [
+                SamplingParams(
+                    n=n,
+                    temperature=temperature,
+                    top_k=top_k,
+                    top_p=top_p,
+                    max_tokens=bound,
+                    seed=seed,
+                    stop=stop,
+                    logprobs=0,
+                )
+                for bound in bounds
+            ]
             outputs = self._llm.generate(inputs, params, use_tqdm=False)
         except VLLMValidationError as exc:
             # The caller's request is wrong (e.g. prompt longer than max_model_len): a ValueError,
             # so services can report it as INVALID_ARGUMENT without knowing vLLM's types.
             raise ValueError(str(exc)) from None
-        result = []
-        for out in outputs:
-            samples = []
-            for comp in out.outputs:
-                token_ids = list(comp.token_ids)
-                lps = comp.logprobs or []
-                logprobs = [float(lps[i][t].logprob) for i, t in enumerate(token_ids)]
-                samples.append(
-                    Sample(
-                        token_ids=token_ids,
-                        logprobs=logprobs,
-                        text=comp.text,
-                        finish_reason=str(comp.finish_reason),
-                    )
-                )
-            result.append((list(out.prompt_token_ids), samples))
         self.last_phases = phase_seconds(outputs)
-        return result
+        return [(list(out.prompt_token_ids), _samples(out)) for out in outputs]
 
     def score_continuation(
         self, prompt_token_ids: list[int], continuation_token_ids: list[int]
@@ -213,11 +220,20 @@ class RolloutEngine:
         start = len(prompt_token_ids)
         return [float(plps[i][ids[i]].logprob) for i in range(start, len(ids))]
 
-    # ------------------------------------------------------------------ weights
+    # ------------------------------------------------------------------ tokens
     def decode(self, token_ids: list[int]) -> str:
         """Text of ``token_ids`` (special tokens skipped), as vLLM detokenizes completions."""
         return self._llm.get_tokenizer().decode(token_ids, skip_special_tokens=True)
 
+    def encode(self, text: str) -> list[int]:
+        """``text``'s token ids alone, no special tokens: what an observation appends."""
+        return list(self._llm.get_tokenizer().encode(text, add_special_tokens=False))
+
+    @property
+    def tokenizer(self):
+        return self._llm.get_tokenizer()
+
+    # ------------------------------------------------------------------ weights
     def load_weights(self, weights_dir: str, version: int) -> None:
         """Load the HF-named ``*.safetensors`` state dict in ``weights_dir`` in place."""
         # Check coverage before touching the engine: a partial reload would mix versions.

@@ -59,9 +59,12 @@ def to_paths(
     offset: int = 0,
     weights: list[float] | None = None,
 ) -> list[common_pb2.Path]:
-    """Paths ``{group_id}/{offset + i}``: a fanned-out group's parts use disjoint offsets."""
-    return [
-        common_pb2.Path(
+    """Paths ``{group_id}/{offset + i}``: a fanned-out group's parts use disjoint offsets.
+    Episodes (services/rollout/episodes.py) carry their turns, turn rewards and environment
+    time as well."""
+    paths = []
+    for i, s in enumerate(samples):
+        path = common_pb2.Path(
             path_id=f"{group_id}/{offset + i}",
             prompt_id=prompt_id,
             group_id=group_id,
@@ -74,5 +77,11 @@ def to_paths(
             worker=worker,
             weight=weights[i] if weights else 1.0,
         )
-        for i, s in enumerate(samples)
-    ]
+        if hasattr(s, "token_turns"):  # an episode
+            path.token_turns.extend(s.token_turns)
+            path.turn_rewards.extend(s.turn_rewards)
+            path.turns = s.turns
+            path.env_info.update(s.info)
+            path.env_seconds = s.env_seconds
+        paths.append(path)
+    return paths

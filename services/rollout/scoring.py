@@ -6,7 +6,7 @@ service is unavailable (brorl.rpc.call_with_retry)."""
 from __future__ import annotations
 
 from brorl import rpc, sampling
-from brorl.contract import RewardStatus
+from brorl.contract import EpisodeReward, RewardStatus
 from brorl.v1 import common_pb2, reward_pb2
 
 
@@ -24,6 +24,27 @@ class RewardCalls:
             path.reward_components.update(result.components)
         if job.verifier_fn:
             self.verify(job, paths)
+
+    def score_episodes(self, job, paths: list[common_pb2.Path], episodes) -> None:
+        """Episodes' paths by ``job.env.reward`` (brorl.contract.EpisodeReward): the
+        environment's turn rewards, the reward service's score of the transcript, or both; a
+        failed episode keeps its status (env_error / env_timeout) and is never scored."""
+        mode = job.env.reward or EpisodeReward.ENV
+        for path, episode in zip(paths, episodes):
+            path.reward_status = episode.status
+            path.reward = episode.reward if mode != EpisodeReward.REWARD_FN else 0.0
+            path.reward_components["env"] = episode.reward
+            if episode.detail:
+                path.env_info["error"] = episode.detail
+        scored = [p for p in paths if p.reward_status == RewardStatus.OK]
+        if mode != EpisodeReward.ENV:
+            for path, result in zip(scored, self._score_with(job.reward_fn, job, scored)):
+                path.reward += result.reward
+                path.reward_status = result.status
+                path.reward_components.update(result.components)
+                path.reward_components[job.reward_fn] = result.reward
+        if job.verifier_fn:
+            self.verify(job, [p for p in scored if p.reward_status == RewardStatus.OK])
 
     def verify(self, job: common_pb2.PromptJob, paths: list[common_pb2.Path]) -> None:
         """The run's held-out verifier on its sample of the paths (the learner's reward-hacking

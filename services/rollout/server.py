@@ -15,6 +15,7 @@ from brorl.metrics import Metrics, Sample
 from brorl.v1 import reward_pb2_grpc, rollout_pb2, rollout_pb2_grpc
 from services.rollout.config import RolloutServiceConfig
 from services.rollout.samples import to_paths, validate_sampling
+from services.rollout.episodes import EnvironmentChannels
 from services.rollout.worker import RolloutWorker, WorkerStats
 
 log = logging.getLogger(__name__)
@@ -175,6 +176,7 @@ def serve(config: RolloutServiceConfig, engine=None) -> None:
                 reward_deadline_s=config.reward_deadline_s,
                 weight_fetch_deadline_s=config.weight_fetch_deadline_s,
                 stats=stats,
+                environments=EnvironmentChannels(config.security),
             )
             threading.Thread(
                 target=worker.run, args=(stop,), name="rollout-worker", daemon=True

@@ -24,6 +24,7 @@ from brorl import queue as q
 from brorl import sampling
 from brorl.v1 import common_pb2
 from services.rollout.config import RolloutServiceConfig
+from services.rollout.episodes import EnvironmentChannels, EpisodeRunner, episode_stats
 from services.rollout.explore.select import Selection, select
 from services.rollout.samples import to_paths
 from services.rollout.scoring import RewardCalls
@@ -76,6 +77,7 @@ class RolloutWorker:
         reward_deadline_s: float = DEFAULTS["reward_deadline_s"],
         weight_fetch_deadline_s: float = DEFAULTS["weight_fetch_deadline_s"],
         stats: WorkerStats | None = None,
+        environments: EnvironmentChannels | None = None,
     ):
         """``registry`` says which run to follow (unless ``run_id`` fixes one); ``open_run``
         gives a run's channels (brorl.queue.RunChannels). The deadlines and the claim idle
@@ -93,6 +95,7 @@ class RolloutWorker:
         self._reload_s = 0.0
         self._publish_s = 0.0  # Redis write + ack of the previous group
         self.weights = WeightSync(engine, engine_lock, weight_fetch_deadline_s)
+        self.environments = environments or EnvironmentChannels()
 
     def run(self, stop: threading.Event) -> None:
         log.info("worker %s started", self.name)
@@ -146,11 +149,14 @@ class RolloutWorker:
 
     def generate(self, job: common_pb2.PromptJob) -> Generated:
         """The job's candidates from the engine, sampled from the learner's prompt token ids
-        when the job carries them (the ids the learner trains on), else from its text."""
+        when the job carries them (the ids the learner trains on), else from its text; with
+        ``job.env`` set, its paths are episodes against that environment."""
         start = time.perf_counter()
         kwargs = sampling.effective(job.sampling).engine_kwargs()
-        kwargs["n"] = sampling.candidates(job)  # hierarchical: M candidates, keep n
         prompt = list(job.prompt_token_ids) or job.prompt
+        if job.env.address:
+            return self.episodes(job, prompt, kwargs, start)
+        kwargs["n"] = sampling.candidates(job)  # hierarchical: M candidates, keep n
         with self.lock:
             version = self.engine.weight_version
             [(prompt_ids, samples)] = self.engine.generate([prompt], **kwargs)
@@ -161,8 +167,25 @@ class RolloutWorker:
         gen.seconds["generate"] = time.perf_counter() - start
         return gen
 
+    def episodes(self, job, prompt, engine_kwargs: dict, start: float) -> Generated:
+        """The job's n paths as episodes (services/rollout/episodes.py)."""
+        ids = list(prompt) if not isinstance(prompt, str) else self.engine.tokenizer.encode(prompt)
+        env = self.environments.stub(job.env.address)
+        runner = EpisodeRunner(self.engine, self.lock, env, job.env, self.engine.max_model_len)
+        turn = {k: v for k, v in engine_kwargs.items() if k != "n"}
+        version = self.engine.weight_version  # weights change only between jobs
+        episodes = runner.run(job, ids, turn, job.sampling.n)
+        self.stats.paths_generated += len(episodes)
+        self.stats.tokens_generated += sum(sum(t > 0 for t in e.token_turns) for e in episodes)
+        gen = Generated(version, ids, episodes, episode_stats(episodes))
+        gen.seconds["generate"] = time.perf_counter() - start
+        return gen
+
     def select(self, job: common_pb2.PromptJob, gen: Generated) -> Selection:
-        """Which candidates the group keeps, with their weights (services/rollout/explore/)."""
+        """Which candidates the group keeps, with their weights (services/rollout/explore/);
+        every episode is kept (exploration selects among single completions)."""
+        if job.env.address:
+            return Selection(list(range(len(gen.samples))))
 
         def prefix_scores(reward_fn: str, indices: list[int], prefix_tokens: int):
             texts = {
@@ -193,7 +216,10 @@ class RolloutWorker:
         pending and is retried or reclaimed."""
         start = time.perf_counter()
         try:
-            self.rewards.score(job, paths)
+            if job.env.address:
+                self.rewards.score_episodes(job, paths, gen.samples)
+            else:
+                self.rewards.score(job, paths)
         except grpc.RpcError as exc:
             if exc.code() != grpc.StatusCode.INVALID_ARGUMENT:
                 raise

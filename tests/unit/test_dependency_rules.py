@@ -133,7 +133,7 @@ def test_a_client_of_the_core_loads_no_prometheus_client():
     assert out.stdout.strip() == "False"
 
 
-PACKAGES = ("brorl", "services", "kernels", "demo", "bench")
+PACKAGES = ("brorl", "services", "envs", "kernels", "demo", "bench")
 
 
 def import_graph(packages=PACKAGES) -> dict[str, set[str]]:
@@ -215,6 +215,17 @@ def test_core_does_not_import_the_apps():
         assert not bad, (
             f"{path.relative_to(ROOT)} (core) imports {bad}; the apps build on the core, not back"
         )
+
+
+def test_environments_are_reached_over_grpc_only():
+    """No service imports envs/ (an environment is another process, in any language), and the
+    environments import only the core of brorl (no service, torch, vLLM or the demo)."""
+    for path in (ROOT / "services").rglob("*.py"):
+        bad = {n for n in imported_names(path, module_name(path)) if n.split(".")[0] == "envs"}
+        assert not bad, f"{path.relative_to(ROOT)} imports {bad}"
+    for path in py_files("envs"):
+        tops = {n.split(".")[0] for n in imports_of(path)}
+        assert not tops & (HEAVY | {"services", "demo", "kernels"}), (path, tops)
 
 
 def test_services_do_not_import_the_demo():

@@ -9,7 +9,7 @@ import re
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-PACKAGES = ("brorl", "services", "kernels", "demo", "bench")
+PACKAGES = ("brorl", "services", "envs", "kernels", "demo", "bench")
 SOURCE = (*PACKAGES, "tests", "scripts", "docker")
 MAX_MODULES, MAX_LINES, MAX_FUNCTION = 15, 400, 60
 

@@ -24,9 +24,10 @@ from brorl import cluster
 from brorl.contract import ConsumerGroup, RewardStatus
 
 ROOT = Path(__file__).resolve().parents[2]
-SOURCE = ("brorl", "services", "kernels", "demo", "bench", "scripts", "docker")
+SOURCE = ("brorl", "services", "envs", "kernels", "demo", "bench", "scripts", "docker")
 PORTS = {
     cluster.ROLLOUT_PORT,
+    cluster.ENV_PORT,
     cluster.DEFAULT.reward_port,
     cluster.DEFAULT.learner_port,
     cluster.DEFAULT.rollout_base_port,
@@ -56,6 +57,7 @@ def test_no_port_or_redis_url_is_written_outside_brorl_cluster():
 
 
 def test_the_defaults_of_every_service_config_come_from_the_cluster_layout():
+    from envs.config import EnvServiceConfig
     from services.learner.config import LearnerServiceConfig
     from services.reward.config import RewardServiceConfig
     from services.rollout.config import RolloutServiceConfig
@@ -66,11 +68,13 @@ def test_the_defaults_of_every_service_config_come_from_the_cluster_layout():
     assert rollout.reward_address == address(cluster.DEFAULT.reward_port)
     assert RewardServiceConfig().bind == address(cluster.DEFAULT.reward_port)
     assert LearnerServiceConfig().bind == address(cluster.DEFAULT.learner_port)
+    assert EnvServiceConfig(env="dialogue").bind == address(cluster.ENV_PORT)
     assert rollout.redis_url == LearnerServiceConfig().redis_url == cluster.REDIS_URL
     metrics = {
         "rollout": rollout.metrics_bind,
         "reward": RewardServiceConfig().metrics_bind,
         "learner": LearnerServiceConfig().metrics_bind,
+        "env": EnvServiceConfig(env="calculator").metrics_bind,
     }
     assert metrics == {k: address(p) for k, p in cluster.METRICS_PORTS.items()}
 

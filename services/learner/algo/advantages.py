@@ -186,8 +186,7 @@ def _token_advantages(inputs: AdvantageInputs, rewards: list[torch.Tensor]) -> A
         if inputs.kl_in_reward and chunk.kl is not None:
             kls.append(float((chunk.kl * mask).sum()))
             penalty = -inputs.kl_coef * chunk.kl
-        token_r = gae.token_rewards(r, mask, penalty)  # (b, C)
-        adv, ret = gae.gae(token_r, v, mask, inputs.gamma, inputs.lam)  # (b, C) each
+        adv, ret = _gae_over_policy_tokens(r, v, mask, penalty, inputs.gamma, inputs.lam)
         advs.append(adv.cpu())
         rets.append(ret.cpu())
         vals.append(v.cpu())
@@ -205,6 +204,22 @@ def _token_advantages(inputs: AdvantageInputs, rewards: list[torch.Tensor]) -> A
         tokens = sum(int(m.sum().item()) for m in masks)
         out.stats["learner/kl"] = sum(kls) / max(tokens, 1)
     return out
+
+
+def _gae_over_policy_tokens(r, v, mask, penalty, gamma: float, lam: float):
+    """(advantages, returns), each (b, C), of GAE over each row's valid tokens: a single
+    completion's are its prefix; an episode's policy tokens are gathered to the left first, so
+    the environment's tokens between its turns neither act nor break the return's chain."""
+    aligned = gae.left_align(mask)
+    if aligned is None:
+        token_r = gae.token_rewards(r, mask, penalty)  # (b, C)
+        return gae.gae(token_r, v, mask, gamma, lam)
+    index, m = aligned  # (b, C'), (b, C')
+    pen = None if penalty is None else gae.gather_aligned(penalty, index)
+    token_r = gae.token_rewards(r, m, pen)
+    adv, ret = gae.gae(token_r, gae.gather_aligned(v, index), m, gamma, lam)
+    C = mask.shape[1]
+    return gae.scatter_back(adv, index, C), gae.scatter_back(ret, index, C)
 
 
 def kl_penalised(advantages, kl, mask, coef: float, path_weight=None) -> torch.Tensor:

@@ -13,6 +13,9 @@ is 0: the episode ends there; V = 0 without a critic), GAE(gamma, lam) is
     returns_it = A_it + V_it                        (the critic's regression target)
 
 Completions are right-padded, so a path's valid tokens are a prefix of its row (mask (B, T)).
+An episode's policy tokens are not (the environment's tokens between its turns are not actions,
+mask 0): ``left_align`` gathers each row's valid positions to the left, so that GAE runs over
+the policy's tokens alone, and ``scatter_back`` puts the results in place.
 Each function has a float64 twin in plain Python (``*_reference``), the test oracle.
 """
 
@@ -65,6 +68,36 @@ def whiten(xs: list[torch.Tensor], masks: list[torch.Tensor], eps: float = 1e-8)
     mean, std = flat.mean(), flat.std()
     zero = torch.zeros_like
     return [torch.where(v, (x - mean) / (std + eps), zero(x)) for x, v in zip(xs, valid)]
+
+
+def left_align(mask) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """(index (B, T'), aligned mask (B, T')): ``x.gather(1, index)`` holds each row's valid
+    positions first, in order; None when every row's valid positions are a prefix already.
+    Padding entries index column T (``scatter_back`` drops it)."""
+    valid = mask != 0  # (B, T)
+    counts = valid.sum(dim=1)  # (B,)
+    T = valid.shape[1]
+    if bool((valid == (torch.arange(T, device=mask.device)[None, :] < counts[:, None])).all()):
+        return None
+    width = max(int(counts.max()), 1)
+    aligned = torch.arange(width, device=mask.device)[None, :] < counts[:, None]  # (B, T')
+    # stable order of valid positions first: sort on (not valid, position)
+    key = (~valid).long() * (T + 1) + torch.arange(T, device=mask.device)[None, :]
+    index = key.argsort(dim=1)[:, :width]  # (B, T')
+    index = torch.where(aligned, index, torch.full_like(index, T))
+    return index, aligned.to(mask.dtype)
+
+
+def gather_aligned(x, index) -> torch.Tensor:
+    """x (B, T) at ``index`` (B, T') of left_align; padding entries read 0."""
+    padded = torch.cat([x, torch.zeros_like(x[:, :1])], dim=1)  # (B, T + 1)
+    return padded.gather(1, index)
+
+
+def scatter_back(x_aligned, index, T: int) -> torch.Tensor:
+    """(B, T) with ``x_aligned`` (B, T') at its positions, 0 elsewhere (inverse of gather)."""
+    out = torch.zeros(x_aligned.shape[0], T + 1, dtype=x_aligned.dtype, device=x_aligned.device)
+    return out.scatter(1, index, x_aligned)[:, :T]
 
 
 # ---- float64 twins in plain Python (test oracle) ------------------------------------------

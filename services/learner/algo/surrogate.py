@@ -14,6 +14,8 @@ from kernels import clipped_policy_loss, kl_estimate
 from services.learner.algo import importance
 from services.learner.algo.advantages import kl_penalised
 
+MAX_TURN_STATS = 4  # episodes' per-turn statistics are reported for their first turns
+
 
 def surrogate_loss(logp, entropy, batch, train, ref_logp=None) -> tuple[torch.Tensor, dict]:
     """The loss from the chunk's (B, T) log-probs (pure; options in docs/algorithms.md).
@@ -58,19 +60,33 @@ def surrogate_loss(logp, entropy, batch, train, ref_logp=None) -> tuple[torch.Te
         tis_weight=tis,
     )
     with torch.no_grad():
-        valid = mask != 0
-        n = mask.sum().clamp(min=1)
-
-        def mean(x):  # masked token mean
-            return float(torch.where(valid, x, 0.0).sum() / n)
-
         out = {k: float(v) for k, v in stats.items()}
-        out["entropy"] = mean(entropy.detach())
-        out["logp_gap"] = mean((logp.detach() - batch.sampling_logp).abs())
-        if reward_kl is not None:
-            out["kl"] = mean(reward_kl)  # the measured KL, as kl_in="loss" reports it
-        if tis is not None:
-            out["tis_weight_mean"] = mean(tis)
-            raw = importance.tis_weight(logp, batch.sampling_logp, mask, float("inf"), level)
-            out["tis_capped_frac"] = mean((raw > train.tis_cap).float())
+        out.update(_token_stats(logp, entropy, batch, train, tis, reward_kl, level))
     return loss, out
+
+
+def _token_stats(logp, entropy, batch, train, tis, reward_kl, level) -> dict[str, float]:
+    """Masked token means of the chunk (the environment's tokens of episodes excluded): entropy,
+    |logp - sampling logp| (per policy turn of episodes too), the KL in the reward, TIS."""
+    mask = batch.loss_mask
+    valid = mask != 0
+    n = mask.sum().clamp(min=1)
+
+    def mean(x):  # masked token mean
+        return float(torch.where(valid, x, 0.0).sum() / n)
+
+    out = {"entropy": mean(entropy.detach())}
+    gap = (logp.detach() - batch.sampling_logp).abs()  # (B, T)
+    out["logp_gap"] = mean(gap)
+    turns = getattr(batch, "turns", None)
+    if turns is not None:  # episodes: the gap of each policy turn (1..MAX_TURN_STATS)
+        for k in range(1, min(int(turns.max()), MAX_TURN_STATS) + 1):
+            at = turns == k
+            out[f"logp_gap/turn{k}"] = float(torch.where(at, gap, 0.0).sum() / at.sum())
+    if reward_kl is not None:
+        out["kl"] = mean(reward_kl)  # the measured KL, as kl_in="loss" reports it
+    if tis is not None:
+        out["tis_weight_mean"] = mean(tis)
+        raw = importance.tis_weight(logp, batch.sampling_logp, mask, float("inf"), level)
+        out["tis_capped_frac"] = mean((raw > train.tis_cap).float())
+    return out

@@ -96,6 +96,7 @@ class HeldoutEval:
                 prompt_id=ids.eval_prompt_id(i),
                 prompt=prompt.text,
                 prompt_token_ids=prompt.token_ids,
+                env=sampling.environment_params(self.cfg.env),
                 reference=prompt.reference,
                 extra=prompt.extra,
                 sampling=params,

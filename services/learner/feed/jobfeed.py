@@ -103,6 +103,7 @@ class JobFeed:
                 prompt_id=ids.prompt_id(index),
                 prompt=prompt.text,
                 prompt_token_ids=prompt.token_ids,
+                env=sampling.environment_params(self.cfg.env),
                 reference=prompt.reference,
                 extra=prompt.extra,
                 reward_fn=self.cfg.reward_fn,

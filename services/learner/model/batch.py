@@ -39,6 +39,9 @@ class Batch:
     # PPO (estimator ppo; critic.py): advantages are then (b, C) per token, and these are set
     returns: torch.Tensor | None = None  # (b, C) GAE returns: the critic's targets
     old_values: torch.Tensor | None = None  # (b, C) the critic's values at the step's start
+    # Episodes (Path.token_turns): each token's turn, k >= 1 the policy's k-th, 0 the
+    # environment's (no loss, no KL, no entropy: loss_mask is 0 there); None: single turns
+    turns: torch.Tensor | None = None  # (b, C) long
 
     def __len__(self) -> int:
         return self.targets.shape[0]
@@ -108,6 +111,7 @@ def at_least_two_positions(chunk: Batch, pad_id: int) -> Batch:
         targets=torch.cat([chunk.targets, pad], dim=1),  # (b, 2)
         loss_mask=torch.cat([chunk.loss_mask, zeros], dim=1),
         sampling_logp=torch.cat([chunk.sampling_logp, zeros.to(chunk.sampling_logp.dtype)], 1),
+        turns=None if chunk.turns is None else torch.cat([chunk.turns, zeros.long()], dim=1),
     )
 
 
@@ -147,6 +151,14 @@ def _chunk(group, rows: list[int], adv: torch.Tensor, pad_id: int, gi: int) -> B
     sampling_logp[mask] = torch.tensor(
         [lp for p in paths for lp in list(p.logprobs)[: len(p.token_ids)]]
     )
+    turns = None
+    if any(p.token_turns for p in paths):  # episodes: the environment's tokens are not actions
+        turns = torch.zeros((len(paths), C), dtype=torch.long)
+        turns[mask] = torch.tensor(
+            [k for p in paths for k in (list(p.token_turns) or [1] * len(p.token_ids))],
+            dtype=torch.long,
+        )
+        mask = turns > 0
     # scored under the distribution the worker sampled from (brorl.sampling owns the rule)
     effective = [sampling.effective(p.sampling) for p in paths]
     weight = torch.tensor([p.weight if p.weight > 0 else 1.0 for p in paths])
@@ -165,4 +177,5 @@ def _chunk(group, rows: list[int], adv: torch.Tensor, pad_id: int, gi: int) -> B
         weight=weight,
         path_index=index,
         group_index=gi,
+        turns=turns,
     )
