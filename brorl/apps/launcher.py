@@ -33,14 +33,16 @@ SERVICE_MODULES = {
     "reward": "services.reward",
     "rollout": "services.rollout",
     "learner": "services.learner",
-    "env": "envs",  # the environments brorl ships (docs/environments.md)
 }
+# What service_command also starts: the environments brorl ships (docs/environments.md), which
+# a run reaches at an address of its own and the cluster's deployments do not include.
+MODULES = {**SERVICE_MODULES, "env": "envs"}
 
 
 def service_command(service: str, overrides: dict[str, object] | None = None) -> list[str]:
     """argv that starts ``service`` with ``key=value`` overrides."""
     args = [f"{k}={v}" for k, v in (overrides or {}).items()]
-    return [sys.executable, "-m", SERVICE_MODULES[service], *args]
+    return [sys.executable, "-m", MODULES[service], *args]
 
 
 @dataclass
