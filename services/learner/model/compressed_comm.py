@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import torch
 
 _BIT = torch.tensor([1, 2, 4, 8, 16, 32, 64, 128], dtype=torch.uint8)
@@ -40,19 +41,39 @@ def slice_size(n: int, world: int, block: int) -> int:
     return max(1, math.ceil(n / (world * block))) * block
 
 
-def pack_signs(x: torch.Tensor) -> torch.Tensor:
-    """(n,) → (ceil(n/8),) uint8: bit k of byte j set when x[8j + k] >= 0."""
-    bits = (x.reshape(-1) >= 0).to(torch.uint8)  # (n,)
+def pack_bits(positive: torch.Tensor) -> torch.Tensor:
+    """(n,) bool → (ceil(n/8),) uint8, bit k of byte j = element 8j + k (numpy's packbits on
+    the CPU; shifts elsewhere)."""
+    if positive.device.type == "cpu":
+        return torch.from_numpy(np.packbits(positive.numpy(), bitorder="little"))
+    bits = positive.to(torch.uint8)
     pad = (-bits.numel()) % 8
     if pad:
         bits = torch.cat([bits, bits.new_zeros(pad)])
-    return (bits.view(-1, 8) * _BIT.to(bits.device)).sum(dim=1, dtype=torch.uint8)
+    bits = bits.view(-1, 8)  # (ceil(n/8), 8)
+    out = bits[:, 0].clone()
+    for k in range(1, 8):
+        out |= bits[:, k] << k
+    return out
+
+
+def unpack_bits(packed: torch.Tensor, n: int) -> torch.Tensor:
+    """(ceil(n/8),) uint8 → (n,) bool (the inverse of ``pack_bits``)."""
+    if packed.device.type == "cpu":
+        bits = np.unpackbits(packed.numpy(), count=n, bitorder="little")
+        return torch.from_numpy(bits).view(torch.bool)
+    bits = (packed.reshape(-1, 1) & _BIT.to(packed.device)) != 0  # (ceil(n/8), 8)
+    return bits.reshape(-1)[:n]
+
+
+def pack_signs(x: torch.Tensor) -> torch.Tensor:
+    """(n,) → (ceil(n/8),) uint8: bit k of byte j set when x[8j + k] >= 0."""
+    return pack_bits(x.reshape(-1) >= 0)
 
 
 def unpack_signs(packed: torch.Tensor, n: int, dtype=torch.float32) -> torch.Tensor:
     """(ceil(n/8),) uint8 → (n,) of ±1 (the inverse of ``pack_signs``)."""
-    bits = (packed.reshape(-1, 1) & _BIT.to(packed.device)) != 0  # (ceil(n/8), 8)
-    return bits.reshape(-1)[:n].to(dtype) * 2 - 1
+    return unpack_bits(packed, n).to(dtype) * 2 - 1
 
 
 def block_scales(x: torch.Tensor, block: int, valid: int | None = None) -> torch.Tensor:
@@ -61,33 +82,44 @@ def block_scales(x: torch.Tensor, block: int, valid: int | None = None) -> torch
     n = x.numel()
     valid = n if valid is None else max(0, min(valid, n))
     k = math.ceil(n / block)
-    magnitude = x.abs()
-    magnitude[valid:] = 0
-    sums = torch.zeros(k * block, dtype=x.dtype, device=x.device)
-    sums[:n] = magnitude
+    if valid == n == k * block:  # whole blocks, no padding: one pass
+        return torch.linalg.vector_norm(x.view(k, block), ord=1, dim=1) / block
+    magnitude = x.new_zeros(k * block)
+    magnitude[:valid] = x[:valid].abs()
     starts = torch.arange(k, device=x.device) * block
     counts = (valid - starts).clamp(0, block).to(x.dtype)  # (K,)
-    return sums.view(k, block).sum(dim=1) / counts.clamp(min=1)
+    return magnitude.view(k, block).sum(dim=1) / counts.clamp(min=1)
+
+
+def _signed(positive: torch.Tensor, scales: torch.Tensor, n: int, block: int) -> torch.Tensor:
+    """(n,) bool and (K,) scales → (n,) +scale where positive, else −scale."""
+    k = scales.numel()
+    if n != k * block:
+        positive = torch.cat([positive, positive.new_zeros(k * block - n)])
+    signs = positive.to(scales.dtype).mul_(2).sub_(1)  # (K × block,) ±1: faster than where
+    return signs.view(k, block).mul_(scales.view(k, 1)).view(-1)[:n]
 
 
 def decompress(packed: torch.Tensor, scales: torch.Tensor, n: int, block: int) -> torch.Tensor:
     """(ceil(n/8),) signs and (K,) scales → (n,) scale × sign."""
-    signs = unpack_signs(packed, n, scales.dtype)  # (n,)
-    return signs * scales.repeat_interleave(block)[:n]
+    return _signed(unpack_bits(packed, n).to(scales.device), scales, n, block)
 
 
 def compress(
     x: torch.Tensor, error: torch.Tensor, block: int, valid: int | None = None
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """C(x + error) as (packed signs, scales) and the new error (x + error) − C(x + error),
-    zero at and beyond ``valid`` (padding). x, error: (n,); refuses NaN/inf."""
+    zero at and beyond ``valid`` (padding). x, error: (n,); refuses NaN/inf (a NaN or inf makes
+    its block's scale one, so the K scales are what is checked)."""
     y = x + error  # (n,)
-    if not torch.isfinite(y).all():
-        bad = int((~torch.isfinite(y)).sum())
-        raise ValueError(f"compress: {bad} of {y.numel()} values are NaN or inf; refusing them")
+    n = y.numel()
     scales = block_scales(y, block, valid)  # (K,)
-    packed = pack_signs(y)
-    new_error = y - decompress(packed, scales, y.numel(), block)
+    if not torch.isfinite(scales).all():
+        bad = int((~torch.isfinite(y[:valid])).sum())
+        raise ValueError(f"compress: {bad} of {n} values are NaN or inf; refusing them")
+    positive = y >= 0  # (n,)
+    packed = pack_bits(positive)
+    new_error = y.sub_(_signed(positive, scales, n, block))  # y is ours: reused
     if valid is not None:
         new_error[max(valid, 0) :] = 0
     return packed, scales, new_error
@@ -127,7 +159,10 @@ def serve(
     """Step 2 on one server: (R, message) from the R workers for this slice, its error (S,)
     → (its message, new error); ``valid``: the slice's real elements."""
     size = error.numel()
-    mean = torch.stack([decode(m, size, block) for m in messages]).mean(dim=0)  # (S,)
+    mean = decode(messages[0], size, block)  # (S,)
+    for message in messages[1:]:
+        mean += decode(message, size, block)
+    mean /= len(messages)
     packed, scales, new_error = compress(mean.to(error.dtype), error, block, valid)
     return encode(packed, scales), new_error
 

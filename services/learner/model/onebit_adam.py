@@ -123,6 +123,7 @@ class OneBitAdam(torch.optim.Optimizer):
         self.t = 0  # optimizer steps taken
         self.exp_avg = self.exp_avg_sq = None  # (n,) fp32, made on the parameters' device
         self.worker_error = self.server_error = None  # (N,), (S,): from the first compressed step
+        self._frozen = self._still = None  # (n,) sqrt(v) + eps and v == 0, once v is frozen
         self._grad: torch.Tensor | None = None  # (n,) this step's prepared gradient
         self._norm = 0.0
 
@@ -197,9 +198,11 @@ class OneBitAdam(torch.optim.Optimizer):
         root = (1 - beta2 ** min(self.t, self.warmup_steps)) ** 0.5  # frozen with the variance
         denoms = None
         if not warm:
-            frozen = (exp_avg_sq.sqrt() / root).add_(group["eps"])  # (n,)
-            self._exchange_momentum(g, beta1, frozen)
-            denoms = self._views(frozen)
+            if self._frozen is None:  # sqrt(v) + eps, and where v is 0: fixed from here on
+                self._frozen = (exp_avg_sq.sqrt() / root).add_(group["eps"])  # (n,)
+                self._still = exp_avg_sq == 0  # (n,)
+            self._exchange_momentum(g, beta1)
+            denoms = self._views(self._frozen)
         step_size = group["lr"] / (1 - beta1**self.t)
         decay = 1 - group["lr"] * group["weight_decay"]
         # parameter by parameter, torch's AdamW arithmetic op for op (the warm-up equals it)
@@ -214,20 +217,20 @@ class OneBitAdam(torch.optim.Optimizer):
             p.addcdiv_(m, denom, value=-step_size)
         return None
 
-    def _exchange_momentum(self, g: torch.Tensor, beta1: float, frozen: torch.Tensor) -> None:
+    def _exchange_momentum(self, g: torch.Tensor, beta1: float) -> None:
         """m ← the ranks' mean of β1 m + (1 − β1) g_i, sent in 1 bit an element. It travels in
-        the units of the update, m / ``frozen`` (sqrt(v) + eps, the same on every rank and
-        every step): one scale per block then fits small- and large-gradient elements alike."""
-        exp_avg, exp_avg_sq = self._moments()
+        the units of the update, m / (sqrt(v) + eps) (the same on every rank and every step):
+        one scale per block then fits small- and large-gradient elements alike. Elements whose
+        frozen variance is 0 are held at 0."""
+        exp_avg, frozen, still = self.exp_avg, self._frozen, self._still
         worker_error, server_error = self._errors()
-        still = exp_avg_sq == 0  # (n,) no gradient in the warm-up: held at 0
         x = exp_avg.new_zeros(worker_error.numel())  # (N,) padded
-        x[: self.n] = (exp_avg * beta1 + g * (1 - beta1)) / frozen
+        x[: self.n].copy_(g).mul_(1 - beta1).add_(exp_avg, alpha=beta1).div_(frozen)
         x[: self.n].masked_fill_(still, 0.0)
         out, self.worker_error, self.server_error = compressed_allreduce(
             self.comm, x, worker_error, server_error, self.block, self.n
         )
-        exp_avg.copy_(out[: self.n] * frozen).masked_fill_(still, 0.0)
+        exp_avg.copy_(out[: self.n]).mul_(frozen).masked_fill_(still, 0.0)
 
     # ---- checkpoints: the shared state in state_dict, each rank's errors in rank_state ------
 
@@ -256,6 +259,7 @@ class OneBitAdam(torch.optim.Optimizer):
         exp_avg_sq.copy_(own["exp_avg_sq"])
         self.t = int(own["step"])
         self.worker_error = self.server_error = None  # this rank's come from load_rank_state
+        self._frozen = self._still = None
 
     def rank_state(self) -> dict:
         """This rank's error buffers (they differ by rank: each rank serves its own slice)."""

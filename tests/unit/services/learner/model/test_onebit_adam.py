@@ -171,7 +171,8 @@ def run_ranks(tmp_path, world: int, device: str = "cpu") -> None:
         assert sent["compressed"] == [norm + 2 * (world - 1) * message] * 3
 
 
-@pytest.mark.parametrize("world", [2, 3])
+# each rank is a process (about 5-10 s of start-up here): 3 ranks only in the slow suite
+@pytest.mark.parametrize("world", [2, pytest.param(3, marks=pytest.mark.slow)])
 def test_onebit_adam_on_gloo_ranks(tmp_path, world):
     run_ranks(tmp_path, world)
 
