@@ -229,9 +229,8 @@ def load_checkpoint(engine, directory: str, tag: str | None = None) -> dict:
         import torch
 
         own = os.path.join(os.path.dirname(path), _rank_file())
-        if not os.path.exists(own):
-            raise FileNotFoundError(f"no 1-bit Adam rank state {own}: the checkpoint is partial")
-        load_rank_state(torch.load(own, map_location="cpu", weights_only=True))
+        exists = os.path.exists(own)  # not when the checkpoint had fewer ranks
+        load_rank_state(torch.load(own, map_location="cpu", weights_only=True) if exists else None)
     return client_state or {}
 
 

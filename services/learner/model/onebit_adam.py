@@ -124,6 +124,7 @@ class OneBitAdam(torch.optim.Optimizer):
         self.exp_avg = self.exp_avg_sq = None  # (n,) fp32, made on the parameters' device
         self.worker_error = self.server_error = None  # (N,), (S,): from the first compressed step
         self._frozen = self._still = None  # (n,) sqrt(v) + eps and v == 0, once v is frozen
+        self._saved_world = self.comm.world  # the ranks of the loaded checkpoint
         self._grad: torch.Tensor | None = None  # (n,) this step's prepared gradient
         self._norm = 0.0
 
@@ -241,6 +242,7 @@ class OneBitAdam(torch.optim.Optimizer):
             "step": self.t,
             "warmup_steps": self.warmup_steps,
             "n": self.n,
+            "world": self.comm.world,
             "exp_avg": exp_avg.detach().cpu().clone(),
             "exp_avg_sq": exp_avg_sq.detach().cpu().clone(),
         }
@@ -258,6 +260,7 @@ class OneBitAdam(torch.optim.Optimizer):
         exp_avg.copy_(own["exp_avg"])
         exp_avg_sq.copy_(own["exp_avg_sq"])
         self.t = int(own["step"])
+        self._saved_world = int(own.get("world", self.comm.world))
         self.worker_error = self.server_error = None  # this rank's come from load_rank_state
         self._frozen = self._still = None
 
@@ -274,19 +277,26 @@ class OneBitAdam(torch.optim.Optimizer):
             "server_error": cpu(server_error),
         }
 
-    def load_rank_state(self, state: dict) -> None:
+    def load_rank_state(self, state: dict | None) -> None:
+        """This rank's errors from ``rank_state`` (after ``load_state_dict``). None: this rank
+        wrote none, which only a checkpoint of another number of ranks may lack. With another
+        layout of ranks (or block) the errors start at 0."""
+        if state is None:
+            if self._saved_world == self.comm.world and self.t > self.warmup_steps:
+                raise FileNotFoundError(
+                    f"1-bit Adam: no error buffers of rank {self.comm.rank} in a checkpoint of "
+                    f"{self._saved_world} ranks at step {self.t}: the checkpoint is partial"
+                )
+            state = {"step": self.t, "worker_error": None}
         if int(state["step"]) != self.t:
             raise ValueError(
                 f"1-bit Adam rank state of step {state['step']} beside optimizer state of "
                 f"step {self.t}: the checkpoint's files do not belong together"
             )
-        same = (state["rank"], state["world"], state["block"]) == (
-            self.comm.rank,
-            self.comm.world,
-            self.block,
-        )
+        layout = (state.get("rank"), state.get("world"), state.get("block"))
+        same = layout == (self.comm.rank, self.comm.world, self.block)
         if state["worker_error"] is None or not same:
-            if state["worker_error"] is not None:
+            if self.t > self.warmup_steps:
                 log.warning("1-bit Adam: checkpoint of another rank layout; errors start at 0")
             self.worker_error = self.server_error = None
             return

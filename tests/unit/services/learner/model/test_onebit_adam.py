@@ -185,3 +185,28 @@ def test_one_rank_is_refused():
 
     with pytest.raises(ValueError, match="needs 2 or more ranks"):
         OneBitAdam([torch.nn.Parameter(torch.zeros(3))], lr=1e-3, comm=OneRank())
+
+
+def test_a_checkpoint_of_another_number_of_ranks_starts_the_errors_at_zero():
+    from services.learner.model.onebit_adam import OneBitAdam
+
+    def ranks(world: int):
+        comm = type("Comm", (), {"rank": 0, "world": world})()
+        params = [torch.nn.Parameter(torch.zeros(s)) for s in SHAPES]
+        return OneBitAdam(params, lr=LR, warmup_steps=1, block=BLOCK, comm=comm)
+
+    saved = ranks(2)
+    saved.t = 3  # in the compressed phase, with error buffers
+    saved._errors()[0].fill_(0.5)
+    state, rank_state = saved.state_dict(), saved.rank_state()
+    same = ranks(2)
+    same.load_state_dict(state)
+    same.load_rank_state(rank_state)
+    assert same.t == 3 and torch.equal(same.worker_error, saved.worker_error)
+    with pytest.raises(FileNotFoundError, match="the checkpoint is partial"):
+        same.load_rank_state(None)  # a rank of the same layout wrote none
+    more = ranks(3)
+    more.load_state_dict(state)
+    more.load_rank_state(None)  # rank 2 of 3: none written
+    more.load_rank_state(rank_state)  # rank 0 of 3: another slice layout
+    assert more.worker_error is None and more.t == 3
