@@ -46,16 +46,20 @@ class TrainConfig(StrictModel):
     )
     lr: float = Field(1e-4, gt=0.0, le=1.0, description="Adam learning rate.")
     weight_decay: float = Field(0.0, ge=0.0, description="AdamW weight decay.")
-    optimizer: Literal["adamw", "onebit_adam", "zero_one_adam"] = Field(
+    optimizer: Literal["adamw", "onebit_adam"] = Field(
         "adamw",
-        description="'adamw' (torch's, inside DeepSpeed), or DeepSpeed's communication-"
-        "compressed 1-bit Adam / 0/1 Adam (CUDA + NCCL, ZeRO 0, and a DeepSpeed that still has "
-        "them; refused otherwise, docs/scaling.md).",
+        description="'adamw' (torch's, inside DeepSpeed), or 'onebit_adam': error-compensated "
+        "1-bit Adam on torch.distributed (AdamW for onebit_freeze_steps, then the variance "
+        "frozen and the momentum exchanged as signs plus a scale per 256 elements, about 1/28 "
+        "of the fp32 all-reduce's bytes); needs 2+ learner ranks and ZeRO stage 0 "
+        "(docs/scaling.md).",
     )
     onebit_freeze_steps: int = Field(
         100,
         ge=1,
-        description="1-bit / 0/1 Adam: steps of plain Adam (its warm-up) before compression.",
+        description="1-bit Adam: optimizer steps of exact AdamW with an fp32 all-reduce (its "
+        "warm-up, where the variance settles) before the variance is frozen and the momentum "
+        "exchange compressed.",
     )
     clip_low: float = Field(
         0.2, ge=0.0, le=1.0, description="PPO clip below: ratio >= 1 - clip_low."

@@ -3,19 +3,25 @@
 and writes rank 0's weights:
 
     python -m tests.integration.ranks_harness MODEL_DIR OUT_DIR --ranks 2 --zero 1 [--die-at 2]
-        [--estimator ppo]
+        [--estimator ppo] [--optimizer onebit_adam --freeze 1] [--updates 5 --checkpoint-at 3]
+        [--resume CKPT_DIR]
 
 ``--die-at K``: rank 1 kills itself (SIGKILL) at update K, to test what rank 0 does then; rank 0
-writes the error it got to OUT_DIR/error.txt.
+writes the error it got to OUT_DIR/error.txt. ``--checkpoint-at K``: a checkpoint after update
+K in OUT_DIR/ckpt; ``--resume DIR``: load DIR's checkpoint first and go on from its update (the
+groups of update k are the same in every run). With ``--optimizer onebit_adam``, rank 0's bytes
+sent per update (by collective) go to OUT_DIR/comm.json.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import shutil
 import signal
 import sys
+import time
 from pathlib import Path
 
 
@@ -48,6 +54,11 @@ def main(argv=None) -> int:
     ap.add_argument("--die-at", type=int, default=0)
     ap.add_argument("--estimator", default="grpo")
     ap.add_argument("--timeout", type=float, default=20.0)
+    ap.add_argument("--optimizer", default="adamw")
+    ap.add_argument("--freeze", type=int, default=100, help="1-bit Adam's warm-up steps")
+    ap.add_argument("--updates", type=int, default=3)
+    ap.add_argument("--checkpoint-at", type=int, default=0)
+    ap.add_argument("--resume", default="")
     args = ap.parse_args(argv)
     import torch
 
@@ -66,6 +77,8 @@ def main(argv=None) -> int:
                 "micro_batch_paths": 2,
                 "seed": 3,
                 "estimator": args.estimator,
+                "optimizer": args.optimizer,
+                "onebit_freeze_steps": args.freeze,
                 "ppo": {"epochs": 2, "minibatches": 3},  # under ppo: 6 optimizer steps a step
             },
         }
@@ -75,7 +88,7 @@ def main(argv=None) -> int:
     rank = int(os.environ.get("RANK", "0"))
     if rank > 0:
         if args.die_at:
-            _die_at_update(args.die_at)
+            _die_at_update(args.die_at, Path(args.out))
         ranks.follow(make)
         return 0
     group = ranks.RankGroup(args.ranks, children, args.timeout / 4) if args.ranks > 1 else None
@@ -83,8 +96,7 @@ def main(argv=None) -> int:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     try:
-        for step in range(3):
-            policy.update(groups(step))
+        _updates(policy, args, out)
         from safetensors.numpy import save_file
 
         save_file(policy.weights(), str(out / "model.safetensors"))
@@ -98,8 +110,31 @@ def main(argv=None) -> int:
     return 0
 
 
-def _die_at_update(k: int) -> None:
-    """Rank 1 SIGKILLs itself when the k-th update command arrives."""
+def _updates(policy, args, out: Path) -> None:
+    """Updates ``start`` .. ``args.updates - 1`` (start: 0, or the resumed checkpoint's)."""
+    start = int(policy.load_checkpoint(args.resume)["update"]) if args.resume else 0
+    comm = []
+    for step in range(start, args.updates):
+        sent = _bytes_sent(policy)
+        policy.update(groups(step))
+        if sent is not None:
+            comm.append({k: v - sent.get(k, 0) for k, v in _bytes_sent(policy).items()})
+        if step + 1 == args.checkpoint_at:
+            policy.save_checkpoint(str(out / "ckpt"), f"update{step + 1}", {"update": step + 1})
+    if comm:
+        (out / "comm.json").write_text(json.dumps(comm))
+
+
+def _bytes_sent(policy) -> dict | None:
+    """Rank 0's 1-bit Adam byte counters (None with another optimizer)."""
+    local = getattr(policy, "local", policy)
+    comm = getattr(local.engine.optimizer, "comm", None)
+    return dict(comm.sent) if comm is not None else None
+
+
+def _die_at_update(k: int, out: Path) -> None:
+    """Rank 1 SIGKILLs itself when the k-th update command arrives (the time in
+    OUT_DIR/killed_at)."""
     from services.learner import ranks
 
     real, seen = ranks.unpack_groups, [0]
@@ -107,6 +142,8 @@ def _die_at_update(k: int) -> None:
     def counting(data):
         seen[0] += 1
         if seen[0] == k:
+            out.mkdir(parents=True, exist_ok=True)
+            (out / "killed_at").write_text(repr(time.time()))
             os.kill(os.getpid(), signal.SIGKILL)
         return real(data)
 

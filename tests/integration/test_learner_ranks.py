@@ -18,11 +18,12 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def harness(
-    model, out, ranks=1, zero=0, die_at=0, timeout_s=240, estimator="grpo"
+    model, out, ranks=1, zero=0, die_at=0, timeout_s=240, estimator="grpo", extra=()
 ) -> subprocess.CompletedProcess:
+    """ranks_harness in a process of its own; ``extra``: more of its flags."""
     cmd = [sys.executable, "-m", "tests.integration.ranks_harness", str(model), str(out)]
     cmd += ["--ranks", str(ranks), "--zero", str(zero), "--die-at", str(die_at)]
-    cmd += ["--estimator", estimator]
+    cmd += ["--estimator", estimator, *extra]
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     for k in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"):
         env.pop(k, None)

@@ -94,41 +94,46 @@ def ds_config(train, zero_stage: int) -> dict:
     }
 
 
-# DeepSpeed's names of the compressed optimizers, and the module each lived in (DeepSpeed
-# removed them in its 2026-09 clean-up, deepspeedai/DeepSpeed#8490).
-COMPRESSED = {
-    "onebit_adam": ("OneBitAdam", "deepspeed.runtime.fp16.onebit.adam"),
-    "zero_one_adam": ("ZeroOneAdam", "deepspeed.runtime.fp16.onebit.zoadam"),
-}
+# The optimizers that make the learner's gradient communication themselves (DeepSpeed's own
+# all-reduce and clipping are off for them): brorl's 1-bit Adam on torch.distributed
+# (onebit_adam.py); DeepSpeed's removed its own in deepspeedai/DeepSpeed#8490.
+COMPRESSED = ("onebit_adam",)
 
 
-def check_optimizer(train, zero_stage: int, cuda: bool) -> str:
-    """Why ``train.optimizer`` cannot run on this learner ('' when it can)."""
+def check_optimizer(train, zero_stage: int, cuda: bool = False, world: int | None = None) -> str:
+    """Why ``train.optimizer`` cannot run on this learner ('' when it can). 1-bit Adam runs on
+    CPU (gloo) and CUDA (NCCL) alike, so ``cuda`` does not matter; ``world``: the learner's
+    ranks (default: this process's group, or its launcher's WORLD_SIZE)."""
     if train.optimizer not in COMPRESSED:
         return ""
-    import importlib.util
-
-    name, module = COMPRESSED[train.optimizer]
-    if not cuda:
-        return (
-            f"{name} needs CUDA and NCCL (DeepSpeed refuses it on its CPU accelerator); this "
-            "learner runs on CPU: use optimizer adamw"
-        )
     if zero_stage:
-        return f"{name} does not work with ZeRO (stage {zero_stage} here): set zero_stage 0"
-    if importlib.util.find_spec(module.rsplit(".", 1)[0]) is None:
-        import deepspeed
-
         return (
-            f"the installed DeepSpeed {deepspeed.__version__} has no {name} (removed in "
-            "deepspeedai/DeepSpeed#8490): install a DeepSpeed release that still ships it, "
-            "or use optimizer adamw"
+            f"1-bit Adam needs ZeRO stage 0 (stage {zero_stage} here): it exchanges the whole "
+            "momentum and freezes the whole variance, which ZeRO's partitioned optimizer state "
+            "does not hold; set zero_stage 0 or use optimizer adamw"
+        )
+    if world is None:
+        world = learner_world()
+    if world < 2:
+        return (
+            f"1-bit Adam needs 2 or more learner ranks ({world} here: there is nothing to "
+            "compress); set ranks >= 2 or use optimizer adamw"
         )
     return ""
 
 
+def learner_world() -> int:
+    """The learner's ranks: the process group's size, else the launcher's WORLD_SIZE, else 1."""
+    import torch.distributed as dist
+
+    if dist.is_initialized():
+        return dist.get_world_size()
+    return int(os.environ.get("WORLD_SIZE", "1"))
+
+
 def build_engine(model, train, zero_stage: int = 0):
-    """Wrap ``model`` in a DeepSpeed engine with AdamW; returns the engine."""
+    """Wrap ``model`` in a DeepSpeed engine with its optimizer (AdamW, or 1-bit Adam, which
+    then does the gradient communication and clipping itself); returns the engine."""
     import torch
 
     init_distributed()
@@ -136,26 +141,32 @@ def build_engine(model, train, zero_stage: int = 0):
 
     params = [p for p in model.parameters() if p.requires_grad]
     config = ds_config(train, zero_stage)
-    if train.optimizer in COMPRESSED:  # DeepSpeed builds it from its JSON
-        config["optimizer"] = {
-            "type": COMPRESSED[train.optimizer][0],
-            "params": {
-                "lr": train.lr,
-                "weight_decay": train.weight_decay,
-                "betas": [0.9, 0.99],
-                "freeze_step": train.onebit_freeze_steps,
-                "var_freeze_step": train.onebit_freeze_steps,
-                "cuda_aware": False,
-                "comm_backend_name": "nccl",
-            },
-        }
-        engine, _, _, _ = deepspeed.initialize(model=model, model_parameters=params, config=config)
+    betas = (0.9, 0.99)
+    if train.optimizer in COMPRESSED:
+        refused = check_optimizer(train, zero_stage)
+        if refused:
+            raise ValueError(refused)
+        from services.learner.model.onebit_adam import OneBitAdam
+
+        optimizer = OneBitAdam(
+            params,
+            lr=train.lr,
+            betas=betas,
+            weight_decay=train.weight_decay,
+            warmup_steps=train.onebit_freeze_steps,
+            max_grad_norm=train.max_grad_norm,
+        )
+        config["gradient_clipping"] = 0.0  # the optimizer clips: DeepSpeed would clip per rank
     else:
         # A client AdamW avoids JIT-compiling FusedAdam on CPU (about a minute on first use).
         optimizer = torch.optim.AdamW(
-            params, lr=train.lr, weight_decay=train.weight_decay, betas=(0.9, 0.99)
+            params, lr=train.lr, weight_decay=train.weight_decay, betas=betas
         )
-        engine, _, _, _ = deepspeed.initialize(model=model, optimizer=optimizer, config=config)
+    engine, _, _, _ = deepspeed.initialize(model=model, optimizer=optimizer, config=config)
+    if train.optimizer in COMPRESSED:
+        # the optimizer's exchange replaces DeepSpeed's gradient all-reduce (engine.backward /
+        # engine.step skip allreduce_gradients without it)
+        engine.enable_backward_allreduce = False
     log.info("DeepSpeed engine ready (ZeRO %d, %s)", zero_stage, type(engine.optimizer).__name__)
     return engine
 
@@ -178,6 +189,9 @@ def grad_norm(engine) -> float:
     figure for the step is used there (call after ``step``)."""
     import torch
 
+    prepare = getattr(engine.optimizer, "prepare_gradients", None)
+    if prepare is not None:  # 1-bit Adam: its exchange, clipping and norm (a collective)
+        return prepare()
     grads = [
         p.grad.detach().float().norm() for p in engine.module.parameters() if p.grad is not None
     ]
@@ -194,11 +208,31 @@ def discard_gradients(engine) -> None:
 
 
 def save_checkpoint(engine, directory: str, tag: str, client_state: dict) -> None:
+    """DeepSpeed's checkpoint (at ZeRO 0 rank 0 writes the optimizer's shared state); 1-bit
+    Adam's error buffers differ by rank, so every rank writes its own beside it."""
     engine.save_checkpoint(directory, tag=tag, client_state=client_state)
+    rank_state = getattr(engine.optimizer, "rank_state", None)
+    if rank_state is not None:
+        import torch
+
+        folder = os.path.join(directory, tag)
+        os.makedirs(folder, exist_ok=True)
+        torch.save(rank_state(), os.path.join(folder, _rank_file()))
 
 
 def load_checkpoint(engine, directory: str, tag: str | None = None) -> dict:
     path, client_state = engine.load_checkpoint(directory, tag=tag)
     if path is None:
         raise FileNotFoundError(f"no DeepSpeed checkpoint in {directory}")
+    load_rank_state = getattr(engine.optimizer, "load_rank_state", None)
+    if load_rank_state is not None:
+        import torch
+
+        own = os.path.join(os.path.dirname(path), _rank_file())
+        exists = os.path.exists(own)  # not when the checkpoint had fewer ranks
+        load_rank_state(torch.load(own, map_location="cpu", weights_only=True) if exists else None)
     return client_state or {}
+
+
+def _rank_file() -> str:
+    return f"onebit_adam_rank{rank_and_world()[0]}.pt"
