@@ -4,7 +4,7 @@
                          [--max-tokens 8] [--batch 64] [--rss-growth-bound-mib 64] [--model DIR]
 
 Starts the reward service and a rollout worker (worker_loop off, the demo's tiny model unless
---model) as separate processes (brorl.apps.launcher.ServiceProc) with a small
+--model) as separate processes (brorl.apps.cluster.launcher.ServiceProc) with a small
 ``max_concurrent_rpcs`` so that the clients overload them and admission control has to shed.
 Each RPC is driven in turn by ``clients`` threads (one channel each) for ``seconds``: a thread
 calls, records latency and status, and after RESOURCE_EXHAUSTED waits ``--shed-backoff-ms``
@@ -29,7 +29,7 @@ import grpc
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from brorl.apps.service_proc import ServiceProc, stop_all  # noqa: E402
+from brorl.apps.cluster.service_proc import ServiceProc, stop_all  # noqa: E402
 from brorl.v1 import common_pb2, reward_pb2, reward_pb2_grpc, rollout_pb2, rollout_pb2_grpc  # noqa: E402,E501
 
 

@@ -80,7 +80,7 @@ def service_runs(
     model_dir: str, prompt: str, n: int, max_tokens: int, repeats: int, tmp: Path
 ) -> dict:
     from brorl.client import RolloutClient
-    from brorl.apps.service_proc import ServiceProc
+    from brorl.apps.cluster.service_proc import ServiceProc
 
     proc = ServiceProc(
         "rollout",

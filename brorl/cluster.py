@@ -31,7 +31,7 @@ class ClusterLayout:
         return cls(reward_port=base, learner_port=base + 1, rollout_base_port=base + 10)
 
     def ports(self) -> dict[str, int]:
-        """The launcher's port fields (brorl.apps.launcher.ClusterSpec)."""
+        """The launcher's port fields (brorl.apps.cluster.launcher.ClusterSpec)."""
         return {
             "reward_port": self.reward_port,
             "learner_port": self.learner_port,

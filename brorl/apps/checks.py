@@ -25,7 +25,7 @@ import yaml
 
 from brorl import cluster
 from brorl.apps import compare_cmd, demo_cmd, recipe, study_cmd, sweep_cmd
-from brorl.apps.launcher import REPO_ROOT
+from brorl.apps.cluster.launcher import REPO_ROOT
 from brorl.config.base import load_config, parse_text
 from brorl.errors import BrorlError
 from brorl.security import SecurityConfig

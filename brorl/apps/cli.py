@@ -31,8 +31,8 @@ from pathlib import Path
 import grpc
 
 from brorl.apps import checks, compare_cmd, demo_cmd, report, study_cmd, sweep_cmd
-from brorl.apps.launcher import REPO_ROOT, Cluster, ClusterSpec
-from brorl.apps.scrape_targets import FILE_SD
+from brorl.apps.cluster.launcher import REPO_ROOT, Cluster, ClusterSpec
+from brorl.apps.cluster.scrape_targets import FILE_SD
 from brorl.apps.progress import watch_run
 from brorl.client import LearnerClient, RewardClient, RolloutClient
 from brorl.errors import BrorlError

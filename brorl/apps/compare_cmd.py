@@ -23,7 +23,7 @@ from pathlib import Path
 from pydantic import Field
 
 from brorl.apps import recipe
-from brorl.apps.launcher import REPO_ROOT, Cluster
+from brorl.apps.cluster.launcher import REPO_ROOT, Cluster
 from brorl.apps.progress import run_to_end
 from brorl.client import LearnerClient
 from brorl.config.base import deep_merge

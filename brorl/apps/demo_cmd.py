@@ -21,7 +21,7 @@ from pathlib import Path
 from pydantic import Field
 
 from brorl.apps import recipe, report
-from brorl.apps.launcher import REPO_ROOT, Cluster
+from brorl.apps.cluster.launcher import REPO_ROOT, Cluster
 from brorl.apps.progress import watch_run
 from brorl.client import LearnerClient
 from brorl import cluster

@@ -25,7 +25,7 @@ from typing import Sequence, TypeVar
 import yaml
 from pydantic import Field, field_validator
 
-from brorl.apps.launcher import REPO_ROOT, ClusterSpec
+from brorl.apps.cluster.launcher import REPO_ROOT, ClusterSpec
 from brorl.config.base import StrictModel, deep_merge, parse_overrides, parse_text, validate
 from brorl.errors import InvalidArgument
 from brorl.config.run import RunConfig

@@ -31,7 +31,7 @@ from typing import Callable, Literal
 from pydantic import Field
 
 from brorl.apps import plateau, recipe, study_report
-from brorl.apps.launcher import REPO_ROOT, Cluster
+from brorl.apps.cluster.launcher import REPO_ROOT, Cluster
 from brorl.client import LearnerClient
 
 REGIMES = ("equal_samples", "equal_wall", "budget")

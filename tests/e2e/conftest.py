@@ -1,6 +1,6 @@
 import pytest
 
-from brorl.apps.service_proc import ServiceProc, stop_all
+from brorl.apps.cluster.service_proc import ServiceProc, stop_all
 
 
 @pytest.fixture(scope="session")

@@ -13,7 +13,7 @@ import psutil
 import pytest
 import redis
 
-from brorl.apps.launcher import REPO_ROOT
+from brorl.apps.cluster.launcher import REPO_ROOT
 from brorl.rpc import wait_serving
 from tests.ports import free_ports
 

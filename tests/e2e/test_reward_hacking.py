@@ -30,7 +30,7 @@ from pathlib import Path
 
 import pytest
 
-from brorl.apps.launcher import REPO_ROOT, child_env
+from brorl.apps.cluster.launcher import REPO_ROOT, child_env
 from brorl.client import LearnerClient
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.redis]

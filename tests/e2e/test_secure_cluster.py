@@ -13,7 +13,7 @@ import uuid
 import grpc
 import pytest
 
-from brorl.apps.launcher import REPO_ROOT, Cluster, ClusterSpec
+from brorl.apps.cluster.launcher import REPO_ROOT, Cluster, ClusterSpec
 from brorl.client import LearnerClient, RewardClient, RolloutClient
 from brorl.config.base import validate
 from brorl.security import SecurityConfig

@@ -6,7 +6,7 @@ the service keeps serving. (The unit tests cover every RPC in process.)"""
 import grpc
 import pytest
 
-from brorl.apps.service_proc import ServiceProc
+from brorl.apps.cluster.service_proc import ServiceProc
 from brorl.client import LearnerClient
 from brorl.config.base import validate
 from brorl.security import SecurityConfig

@@ -79,7 +79,7 @@ def test_dockerignore_keeps_what_the_image_needs():
         "docker/Dockerfile",
         "requirements.txt",
         "scripts/setup.sh",
-        "brorl/apps/launcher.py",
+        "brorl/apps/cluster/launcher.py",
         "brorl/v1",
         "protos",
         "services/rollout/__main__.py",

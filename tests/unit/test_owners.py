@@ -81,7 +81,7 @@ def test_the_defaults_of_every_service_config_come_from_the_cluster_layout():
 
 def test_the_launcher_and_the_recipes_share_one_port_layout():
     from brorl.apps import recipe
-    from brorl.apps.launcher import ClusterSpec
+    from brorl.apps.cluster.launcher import ClusterSpec
 
     spec = ClusterSpec(model="m", workdir=Path("w"))
     assert {k: getattr(spec, k) for k in cluster.DEFAULT.ports()} == cluster.DEFAULT.ports()

@@ -5,7 +5,7 @@ import uuid
 
 import pytest
 
-from brorl.apps.service_proc import ServiceProc, stop_all
+from brorl.apps.cluster.service_proc import ServiceProc, stop_all
 
 
 @pytest.fixture(scope="package")

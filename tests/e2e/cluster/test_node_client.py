@@ -12,7 +12,7 @@ import subprocess
 import grpc
 import pytest
 
-from brorl.apps.launcher import REPO_ROOT
+from brorl.apps.cluster.launcher import REPO_ROOT
 from brorl.config.base import validate
 from brorl.rpc import Server
 from brorl.security import SecurityConfig

@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from brorl.apps.launcher import REPO_ROOT, child_env
+from brorl.apps.cluster.launcher import REPO_ROOT, child_env
 
 # The shortened warm-start every recipe test trains on (its `warmstart=` override): trained once
 # per session (recipe_warmstart) and copied into each test's workdir, where the recipe finds it

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from brorl.apps.launcher import REPO_ROOT
+from brorl.apps.cluster.launcher import REPO_ROOT
 from tests.e2e.recipes.conftest import WARMSTART_OVERRIDE
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.redis]

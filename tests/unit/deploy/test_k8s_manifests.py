@@ -24,7 +24,7 @@ import pytest
 import yaml
 
 from brorl import queue
-from brorl.apps import launcher
+from brorl.apps.cluster import launcher
 from brorl.config.base import env_overrides, load_config
 from services.learner.config import LearnerServiceConfig
 from services.reward.config import RewardServiceConfig

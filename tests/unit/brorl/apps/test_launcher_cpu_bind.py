@@ -6,7 +6,7 @@ import os
 
 import pytest
 
-from brorl.apps.launcher import worker_cpu_bind
+from brorl.apps.cluster.launcher import worker_cpu_bind
 from services.rollout.config import EngineConfig
 
 

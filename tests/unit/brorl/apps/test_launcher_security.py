@@ -1,12 +1,12 @@
 """The launcher passes a cluster's token/TLS settings and read roots to every service as the
-`key=value` overrides the services parse (brorl/apps/launcher.py): what a service resolves from
-the command line is what the spec said."""
+`key=value` overrides the services parse (brorl/apps/cluster/launcher.py): what a service
+resolves from the command line is what the spec said."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from brorl.apps.launcher import ClusterSpec, read_roots, security_overrides
+from brorl.apps.cluster.launcher import ClusterSpec, read_roots, security_overrides
 from brorl.config.base import load_config, validate
 from brorl.security import SecurityConfig
 from services.learner.config import LearnerServiceConfig

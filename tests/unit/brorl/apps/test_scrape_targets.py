@@ -3,7 +3,7 @@ serve_until_stopped writes, and the Prometheus file_sd file listing them."""
 
 import json
 
-from brorl.apps.scrape_targets import metrics_urls, write_file_sd
+from brorl.apps.cluster.scrape_targets import metrics_urls, write_file_sd
 from brorl.rpc import metrics_port_file
 
 

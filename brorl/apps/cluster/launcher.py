@@ -21,14 +21,14 @@ from pathlib import Path
 
 import redis
 
-from brorl.apps import scrape_targets
+from brorl.apps.cluster import scrape_targets
 from brorl.rpc import wait_serving
 from brorl.security import SecurityConfig
 from brorl import cluster
 
 log = logging.getLogger(__name__)
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
+REPO_ROOT = Path(__file__).resolve().parents[3]
 SERVICE_MODULES = {
     "reward": "services.reward",
     "rollout": "services.rollout",

@@ -1,5 +1,6 @@
-"""One service as a child process on a free port (port 0 + a port file), stopped by its own
-pid: the tests' and benchmarks' way to start services (the local cluster is brorl.apps.launcher)."""
+"""One service as a child process on a free port (port 0 + a port file), stopped by its own pid:
+the tests' and benchmarks' way to start services (the local cluster is
+brorl.apps.cluster.launcher)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import subprocess
 import time
 from pathlib import Path
 
-from brorl.apps.launcher import REPO_ROOT, child_env, security_overrides, service_command
+from brorl.apps.cluster.launcher import REPO_ROOT, child_env, security_overrides, service_command
 from brorl.rpc import metrics_port_file, wait_serving
 from brorl.security import SecurityConfig
 
