@@ -18,30 +18,35 @@ REDIS_URL = f"redis://{HOST}:{REDIS_PORT}/0"
 
 @dataclass(frozen=True)
 class ClusterLayout:
-    """The gRPC ports of one local cluster: reward, learner, and rollout worker i on
-    ``rollout_base_port + i``. One rule makes every layout from a base port (``--base-port``):
-    reward on it, learner +1, rollout worker i +10+i, so clusters side by side never overlap."""
+    """The gRPC ports of one local cluster: reward, learner, an environment service (when the
+    run has one), and rollout worker i on ``rollout_base_port + i``. One rule makes every layout
+    from a base port (``--base-port``): reward on it, learner +1, environment +2, rollout worker
+    i +10+i, so clusters side by side never overlap."""
 
     reward_port: int
     learner_port: int
+    env_port: int
     rollout_base_port: int
 
     @classmethod
     def from_base_port(cls, base: int) -> "ClusterLayout":
-        return cls(reward_port=base, learner_port=base + 1, rollout_base_port=base + 10)
+        return cls(
+            reward_port=base, learner_port=base + 1, env_port=base + 2, rollout_base_port=base + 10
+        )
 
     def ports(self) -> dict[str, int]:
         """The launcher's port fields (brorl.apps.cluster.launcher.ClusterSpec)."""
         return {
             "reward_port": self.reward_port,
             "learner_port": self.learner_port,
+            "env_port": self.env_port,
             "rollout_base_port": self.rollout_base_port,
         }
 
 
 DEFAULT = ClusterLayout.from_base_port(50052)
 ROLLOUT_PORT = 50051  # a lone rollout service (its config's default; one per container)
-ENV_PORT = 50054  # an environment service of envs/ (docs/environments.md)
+ENV_PORT = DEFAULT.env_port  # an environment service of envs/ (docs/environments.md)
 
 # The Prometheus /metrics port each service serves on by default (docs/observability.md).
 METRICS_PORTS = {"rollout": 9461, "reward": 9452, "learner": 9453, "env": 9454}

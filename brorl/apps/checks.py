@@ -304,8 +304,9 @@ def _recipe_on_base_port(cls, command: str):
         cfg = _recipe(cls, args, command)
         output_dir("--workdir", args.workdir)
         output_dir("out", str(REPO_ROOT / cfg.out))
-        named = [("--base-port", port) for port in recipe.base_port_layout(args.base_port).values()]
-        free_ports(cluster_ports(cfg.workers, *named))
+        ports = recipe.base_port_layout(args.base_port)
+        names = ("reward_port", "learner_port", "rollout_base_port")
+        free_ports(cluster_ports(cfg.workers, *[("--base-port", ports[n]) for n in names]))
         redis_ready("--redis-url", args.redis_url)
 
     return check

@@ -89,6 +89,7 @@ def test_the_launcher_and_the_recipes_share_one_port_layout():
     assert recipe.base_port_layout(51000) == {
         "reward_port": 51000,
         "learner_port": 51001,
+        "env_port": 51002,
         "rollout_base_port": 51010,
     }
 

@@ -61,6 +61,7 @@ class ClusterSpec:
     reward_port: int = cluster.DEFAULT.reward_port
     rollout_base_port: int = cluster.DEFAULT.rollout_base_port
     learner_port: int = cluster.DEFAULT.learner_port
+    env_port: int = cluster.DEFAULT.env_port
     host: str = cluster.HOST
     rollout_overrides: dict = field(default_factory=dict)
     learner_overrides: dict = field(default_factory=dict)
@@ -72,6 +73,9 @@ class ClusterSpec:
     # Where run configs may point besides the learner's working directory (the repository), the
     # workdir and the model: the learner's read_roots.
     read_roots: list[str] = field(default_factory=list)
+    # An environment service (`python -m envs` with these overrides, e.g. {"env": "calculator"})
+    # started with the cluster, for runs of multi-turn episodes; empty: none.
+    environment: dict = field(default_factory=dict)
 
 
 class Cluster:
@@ -91,6 +95,10 @@ class Cluster:
     @property
     def reward_address(self) -> str:
         return f"{self.spec.host}:{self.spec.reward_port}"
+
+    @property
+    def env_address(self) -> str:
+        return f"{self.spec.host}:{self.spec.env_port}"
 
     def rollout_address(self, i: int) -> str:
         return f"{self.spec.host}:{self.spec.rollout_base_port + i}"
@@ -176,6 +184,9 @@ class Cluster:
         scrape_targets.empty_dir(self.ports)  # an earlier cluster's port files go
         reward = {"bind": self.reward_address, **self._ports("reward"), **secure}
         self._spawn("reward", service_command("reward", reward))
+        if s.environment:
+            env = {"bind": self.env_address, **self._ports("env"), **secure, **s.environment}
+            self._spawn("env", service_command("env", env))
         for i in range(s.rollout_workers):
             self._spawn(
                 f"rollout-{i}",
@@ -216,6 +227,8 @@ class Cluster:
     def wait_ready(self, timeout: float = 420.0) -> None:
         deadline = time.monotonic() + timeout
         targets = [("reward", self.reward_address), ("learner", self.learner_address)]
+        if self.spec.environment:
+            targets.append(("env", self.env_address))
         targets += [
             (f"rollout-{i}", self.rollout_address(i)) for i in range(self.spec.rollout_workers)
         ]
