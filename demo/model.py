@@ -13,11 +13,13 @@ SPECIALS = ["<pad>", "<bos>", "<eos>", "<unk>"]
 CHARS = list("0123456789+-*=() ")
 
 
-def build_tokenizer():
+def build_tokenizer(chars: list[str] = CHARS):
+    """A character tokenizer: the special tokens, then one token per character of ``chars``
+    (the arithmetic task's by default; demo.tooluse adds the tool call's)."""
     from tokenizers import Tokenizer, models, pre_tokenizers, decoders
     from transformers import PreTrainedTokenizerFast
 
-    vocab = {tok: i for i, tok in enumerate(SPECIALS + CHARS)}
+    vocab = {tok: i for i, tok in enumerate(SPECIALS + list(chars))}
     tok = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
     # Every character is its own token: split between all characters.
     tok.pre_tokenizer = pre_tokenizers.Split(pattern="", behavior="isolated")
@@ -43,6 +45,7 @@ def create_tiny_model(
     max_position: int = 64,
     seed: int = 0,
     tie_embeddings: bool = True,
+    chars: list[str] = CHARS,
 ) -> Path:
     """Write a fresh random Qwen2 model + tokenizer to ``out_dir`` and return the path."""
     import torch
@@ -50,7 +53,7 @@ def create_tiny_model(
 
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    tokenizer = build_tokenizer()
+    tokenizer = build_tokenizer(chars)
     torch.manual_seed(seed)
     config = Qwen2Config(
         vocab_size=len(tokenizer),

@@ -24,7 +24,7 @@ import redis
 import yaml
 
 from brorl import cluster
-from brorl.apps import compare_cmd, demo_cmd, recipe, study_cmd, sweep_cmd
+from brorl.apps import compare_cmd, demo_cmd, recipe, study_cmd, sweep_cmd, tasks
 from brorl.apps.cluster.launcher import REPO_ROOT
 from brorl.config.base import load_config, parse_text
 from brorl.errors import BrorlError
@@ -286,6 +286,8 @@ def check_cluster(args, rest) -> None:
 def check_demo(args, rest) -> None:
     cfg = _recipe(demo_cmd.DemoConfig, args, "demo")
     _local_cluster(args, cfg.workers)
+    if tasks.environment(cfg):  # the task's environment service binds a port of its own
+        free_ports([("--env-port", args.env_port, "environment")])
 
 
 def _local_cluster(args, workers: int) -> None:

@@ -90,6 +90,7 @@ def accuracy_at(curve: list[dict], seconds: float, start_acc: float) -> float:
 
 def run_compare(args) -> int:
     cfg = recipe.load_recipe(CompareConfig, args.config, args.overrides)
+    recipe.addition_only(cfg, "compare")
     work = Path(args.workdir).resolve()
     out = (REPO_ROOT / cfg.out).resolve()
     out.mkdir(parents=True, exist_ok=True)
@@ -116,7 +117,9 @@ def run_compare(args) -> int:
                 "train": {"steps": cfg.steps, "seed": seed},
                 "async": {"publish_every": 1},
             }
-            rc = recipe.build_run_config(cfg, inputs, deep_merge(cfg.arms[arm], per_run))
+            rc = recipe.build_run_config(
+                cfg, inputs, deep_merge(cfg.arms[arm], per_run), recipe.env_address(spec)
+            )
             run_id = f"compare-{stamp}-{arm}-s{seed}"
             run_dir, metrics = run_to_end(client, recipe.run_config_yaml(rc), run_id)
             acc = recipe.eval_versions(

@@ -20,7 +20,7 @@ from pathlib import Path
 
 from pydantic import Field
 
-from brorl.apps import recipe, report
+from brorl.apps import recipe, report, tasks
 from brorl.apps.cluster.launcher import REPO_ROOT, Cluster
 from brorl.apps.progress import watch_run
 from brorl.client import LearnerClient
@@ -60,9 +60,9 @@ def run_demo(args) -> int:
     before = inputs.accuracy
     print(f"   warm-start held-out greedy accuracy: {before:.1%} ({cfg.eval_problems} problems)")
 
-    run_cfg = recipe.build_run_config(cfg, inputs)
     workers = f"{cfg.workers} rollout worker{'s' if cfg.workers != 1 else ''}"
-    print(f"== 2/4 starting the local cluster: reward, {workers}, learner")
+    env = f", environment {spec_env}" if (spec_env := tasks.environment(cfg).get("env")) else ""
+    print(f"== 2/4 starting the local cluster: reward, {workers}, learner{env}")
     spec = recipe.cluster_spec(
         cfg,
         inputs,
@@ -72,7 +72,9 @@ def run_demo(args) -> int:
         learner_port=args.learner_port,
         rollout_base_port=args.rollout_base_port,
         namespace=f"demo-{os.getpid()}",
+        env_port=args.env_port,
     )
+    run_cfg = recipe.build_run_config(cfg, inputs, env_address=recipe.env_address(spec))
     run_id = time.strftime("demo-%Y%m%d-%H%M%S")
     launched = time.time()
     with Cluster(spec) as cluster:
@@ -88,7 +90,7 @@ def run_demo(args) -> int:
         return 1
     run_dir = Path(result["run_dir"])
     print("== 4/4 evaluating the final policy")
-    after = recipe.accuracy(run_dir / "final", cfg.eval_problems)
+    after = recipe.accuracy(run_dir / "final", cfg.eval_problems, cfg)
     summary = {
         "run_id": run_id,
         "run_dir": str(run_dir),

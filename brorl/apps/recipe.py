@@ -20,7 +20,7 @@ import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence, TypeVar
+from typing import Literal, Sequence, TypeVar
 
 import yaml
 from pydantic import Field, field_validator
@@ -30,6 +30,7 @@ from brorl.config.base import StrictModel, deep_merge, parse_overrides, parse_te
 from brorl.errors import InvalidArgument
 from brorl.config.run import RunConfig
 from brorl import cluster
+from brorl.apps import tasks
 
 CONFIGS = REPO_ROOT / "configs"
 
@@ -94,6 +95,17 @@ class RecipeConfig(StrictModel):
             "inputs."
         ),
     )
+    task: Literal[tasks.TASKS] = Field(
+        "addition",
+        description="What the recipe trains on (brorl/apps/tasks.py): 'addition' (the demo's "
+        "arithmetic) or 'tooluse' (multiplication with a calculator tool: multi-turn episodes "
+        "against an environment service the cluster starts).",
+    )
+    environment: dict = Field(
+        default_factory=dict,
+        description="Overrides of the environment service the task starts (`python -m envs` "
+        "key: value, e.g. {calculator.tool: false} for the task without its tool).",
+    )
 
     @field_validator("warmstart", mode="before")
     @classmethod
@@ -111,7 +123,8 @@ class DemoInputs:
 
     model: Path  # the warm-started policy: a Hugging Face model directory
     data: Path  # the RL prompt set: JSONL of {"prompt", "reference"}
-    accuracy: float  # the warm-start's held-out greedy exact-match accuracy
+    accuracy: float  # the warm-start's held-out greedy accuracy
+    heldout: Path | None = None  # held-out prompts for the run's eval_every rounds
 
 
 def add_arguments(
@@ -180,12 +193,10 @@ def python_module(*cmd: str, capture: bool = False) -> str:
     return proc.stdout or ""
 
 
-def accuracy(model: Path, n: int) -> float:
-    """Held-out greedy exact-match accuracy of a demo model directory on ``n`` problems."""
-    out = python_module(
-        "demo", "eval", "--model", str(model), "--n", str(n), "--json", capture=True
-    )
-    return json.loads(out.strip().splitlines()[-1])["accuracy"]
+def accuracy(model: Path, n: int, cfg: RecipeConfig | None = None) -> float:
+    """Held-out greedy accuracy of a demo model directory on ``n`` problems of the recipe's
+    task (exact match for addition, solved episodes for tooluse; brorl/apps/tasks.py)."""
+    return tasks.accuracy(cfg or RecipeConfig(), model, n, python_module)
 
 
 def eval_dirs(tokenizer: Path, dirs: list[Path], n: int) -> dict[str, float]:
@@ -213,14 +224,10 @@ def eval_versions(weights: Path, tokenizer: Path, versions: list[int], n: int) -
 
 
 def prepare_inputs(cfg: RecipeConfig, work: Path) -> DemoInputs:
-    """Warm-start model (cached under ``work``), RL prompt set and the warm-start's accuracy."""
-    model = work / "warmstart"
-    python_module("demo", "warmstart", "--out", str(model), *cfg.warmstart)
-    data = work / "train.jsonl"
-    python_module(
-        "demo.rl_data", "--model", str(model), "--out", str(data), "--n", str(cfg.train_problems)
-    )
-    return DemoInputs(model, data, accuracy(model, cfg.eval_problems))
+    """Warm-start model (cached under ``work``), RL prompt set and the warm-start's accuracy,
+    for the recipe's task."""
+    model, data, heldout, acc = tasks.prepare(cfg, work, python_module)
+    return DemoInputs(model, data, acc, heldout)
 
 
 def cluster_spec(
@@ -234,6 +241,7 @@ def cluster_spec(
     rollout_base_port: int,
     namespace: str,
     learner_overrides: dict | None = None,
+    env_port: int = 0,
 ) -> ClusterSpec:
     """The local cluster (reward, ``cfg.workers`` rollout workers, learner) serving
     ``inputs.model``."""
@@ -250,17 +258,34 @@ def cluster_spec(
         threads_per_process=cfg.threads_per_process,
         namespace=namespace,
         rollout_cpu_bind=cfg.rollout_cpu_bind,
+        environment=tasks.environment(cfg),
+        **({"env_port": env_port} if env_port else {}),
     )
+
+
+def addition_only(cfg: RecipeConfig, command: str) -> None:
+    """The sweep, the study and the comparison evaluate weight versions on the addition task
+    (demo.eval_many); another task is refused before anything starts."""
+    if cfg.task != "addition":
+        raise InvalidArgument("task", f"`brorl {command}` runs the addition task only")
+
+
+def env_address(spec: ClusterSpec) -> str:
+    """Where the cluster of ``spec`` serves its environment (when its task has one)."""
+    return f"{spec.host}:{spec.env_port}"
 
 
 def build_run_config(
-    cfg: RecipeConfig, inputs: DemoInputs, per_run: dict | None = None
+    cfg: RecipeConfig, inputs: DemoInputs, per_run: dict | None = None, env_address: str = ""
 ) -> RunConfig:
-    """The recipe's ``run`` with the prepared model and prompt set, then ``per_run`` on top."""
-    filled = deep_merge(
-        cfg.run, {"model": str(inputs.model), "data": {"train_path": str(inputs.data)}}
-    )
-    return validate(RunConfig, deep_merge(filled, per_run or {}))
+    """The recipe's ``run`` with the prepared model and prompt set (and held-out set), then
+    ``per_run`` on top; a task with an environment points the run at ``env_address``."""
+    filled = {"model": str(inputs.model), "data": {"train_path": str(inputs.data)}}
+    if inputs.heldout is not None:
+        filled["data"]["eval_path"] = str(inputs.heldout)
+    if tasks.environment(cfg):
+        filled["env"] = {"address": env_address}
+    return validate(RunConfig, deep_merge(deep_merge(cfg.run, filled), per_run or {}))
 
 
 def run_config_yaml(run_cfg: RunConfig) -> str:

@@ -110,6 +110,7 @@ def per_run_config(run: dict) -> dict:
 
 def run_sweep(args) -> int:
     cfg = recipe.load_recipe(SweepConfig, args.config, args.overrides)
+    recipe.addition_only(cfg, "sweep")
     work = Path(args.workdir).resolve()
     out = (REPO_ROOT / cfg.out).resolve()
     out.mkdir(parents=True, exist_ok=True)
@@ -134,7 +135,9 @@ def run_sweep(args) -> int:
     with Cluster(spec) as cluster:
         client = LearnerClient(cluster.learner_address)
         for i, run in enumerate(runs):
-            rc = recipe.build_run_config(cfg, inputs, per_run_config(run))
+            rc = recipe.build_run_config(
+                cfg, inputs, per_run_config(run), recipe.env_address(spec)
+            )
             run_id = f"sweep-{stamp}-{run['regime']}-n{run['n']}-s{run['seed']}"
             run_dir, metrics = run_to_end(client, recipe.run_config_yaml(rc), run_id)
             run_dir = Path(run_dir)
