@@ -134,9 +134,12 @@ class EpisodeRunner:
             self._reset(pool, job, episodes)
             self._turns(pool, prompt_ids, sampling, episodes)
         finally:
-            for ep in episodes:  # best effort: the environment may be gone
-                close = environment_pb2.CloseRequest(episode_id=ep.episode_id)
-                pool.submit(self._call, "Close", close)
+            try:
+                for ep in episodes:  # best effort: the environment may be gone
+                    close = environment_pb2.CloseRequest(episode_id=ep.episode_id)
+                    pool.submit(self._call, "Close", close)
+            except RuntimeError:  # the process is exiting: its pools take no more work
+                pass
             pool.shutdown(wait=False, cancel_futures=False)
         for ep in episodes:
             ep.text = self.engine.decode(ep.token_ids)

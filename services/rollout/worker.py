@@ -185,7 +185,8 @@ class RolloutWorker:
         """Which candidates the group keeps, with their weights (services/rollout/explore/);
         every episode is kept (exploration selects among single completions)."""
         if job.env.address:
-            return Selection(list(range(len(gen.samples))))
+            every = range(len(gen.samples))
+            return Selection(list(every), {i: 1.0 for i in every})
 
         def prefix_scores(reward_fn: str, indices: list[int], prefix_tokens: int):
             texts = {

@@ -97,16 +97,18 @@ def worker_for(channels, engine=None, reward=None) -> RolloutWorker:
 
 def put_job(channels, i=0, n=4, **fields) -> common_pb2.PromptJob:
     job = common_pb2.PromptJob(
-        run_id=channels.run_id,
-        job_id=f"{channels.run_id}/e/{i}/0",
-        group_id=f"g{i}",
-        prompt_id=f"p{i}",
-        prompt="1+1=",
-        reference="2",
-        reward_fn="exact_match",
-        part_count=1,
-        sampling=common_pb2.SamplingParams(n=n, temperature=1.0),
-        **fields,
+        **{
+            "run_id": channels.run_id,
+            "job_id": f"{channels.run_id}/e/{i}/0",
+            "group_id": f"g{i}",
+            "prompt_id": f"p{i}",
+            "prompt": "1+1=",
+            "reference": "2",
+            "reward_fn": "exact_match",
+            "part_count": 1,
+            "sampling": common_pb2.SamplingParams(n=n, temperature=1.0),
+            **fields,
+        }
     )
     channels.prompts.put(job.SerializeToString())
     return job
@@ -226,3 +228,35 @@ def test_a_prompt_the_engine_refuses_comes_back_as_an_error_group():
     [group] = groups(channels)
     assert group.error.startswith("prompt is longer") and not group.paths
     assert not channels.prompts.pending  # acked with the error group
+
+
+def test_a_job_with_an_environment_publishes_its_episodes():
+    """Every path an episode: its turns and tokens ride on the path, its reward is the
+    environment's, and no reward service call is made (env.reward: env)."""
+    from brorl.contract import TokenTurn
+    from tests.unit.services.rollout.test_episodes import FakeEnv, ScriptedEngine
+
+    class Channels:
+        def stub(self, address):
+            return FakeEnv()
+
+    channels = MemoryChannels("r1")
+    engine = ScriptedEngine()
+    engine.weight_version = 0
+    engine.max_model_len = 64
+    reward = RecordingReward()
+    worker = RolloutWorker(engine, threading.Lock(), MemoryRegistry(), lambda run: channels,
+                           reward, run_id="r1", environments=Channels())  # fmt: skip
+    env = common_pb2.EnvironmentParams(address="env:1", max_turns=3, step_timeout_s=5,
+                                       episode_timeout_s=30, max_inflight_steps=4)  # fmt: skip
+    ids = engine.encode("6*2=")
+    put_job(channels, prompt="6*2=", reference="12", prompt_token_ids=ids, env=env, n=3)
+    worker.step()
+    [group] = groups(channels)
+    assert len(group.paths) == 3 and reward.requests == []
+    for path in group.paths:
+        assert path.turns == 2 and path.reward == 1.0 and path.reward_status == RewardStatus.OK
+        assert len(path.token_turns) == len(path.token_ids) == len(path.logprobs)
+        assert TokenTurn.ENVIRONMENT in path.token_turns
+        assert list(path.turn_rewards) == [0.0, 1.0]
+    assert group.stats["env/turns_mean"] == 2.0
