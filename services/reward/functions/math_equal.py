@@ -80,9 +80,8 @@ def quick_verdict(pred: str, pred_math: bool, gold: str, gold_math: bool, opts: 
         return UNPARSED
     if _INT.fullmatch(p) and _INT.fullmatch(g):  # the hot path: never touches sympy
         return EQUAL if int_key(p) == int_key(g) else DIFFERENT
-    if p == g and _ALNUM.search(
-        normalize_text(p)
-    ):  # "\text{}" or "}{" equal nothing, not even themselves
+    # Identical answers are equal, but "\text{}" or "}{" equal nothing, not even themselves.
+    if p == g and _ALNUM.search(normalize_text(p)):
         return EQUAL
     if len(p) > MAX_ANSWER_CHARS:
         return UNPARSED

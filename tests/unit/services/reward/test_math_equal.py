@@ -183,3 +183,9 @@ def test_lists_sets_and_hedges(pred, gold, equal):
 
 def test_separate_answers_are_a_set_even_in_order_of_a_list():
     assert ms.verdict(["4, 10", True, False], ["10, 4", True, True], OPTS) == me.EQUAL
+
+
+@pytest.mark.parametrize("answer", ["\\frac{1}{", "\\sqrt{}", "x^{", "\\begin{pmatrix}"])
+def test_an_unparseable_answer_is_unparsed_not_a_string_to_compare(answer):
+    assert ms.parse_answer(answer, True, OPTS) == ()
+    assert ms.verdict([answer, True, True], ["1", True, True], OPTS) == me.UNPARSED

@@ -114,17 +114,18 @@ def test_identical_answers_in_a_batch_are_compared_once(math_answer):
     pool = math_answer._workers()
     run = pool.run
     pool.run = lambda jobs: calls.append(len(jobs)) or run(jobs)
+    reference = "\\frac{1}{\\sqrt{2}}"
     try:
         items = [
-            ScoreItem(str(i), "", f"so \\boxed{{\\frac{{{i % 3}}}{{7}}}}", "\\frac{1}{7}")
+            ScoreItem(str(i), "", f"so \\boxed{{\\frac{{\\sqrt{{{i % 3 + 1}}}}}{{2}}}}", reference)
             for i in range(64)
         ]
-        items += [ScoreItem("same", "", "so $\\frac{2}{14}$", "\\frac{1}{7}")] * 64
+        items += [ScoreItem("same", "", "so it is $\\sqrt{2}/2$", reference)] * 64
         scores = math_answer.score_batch(items)
     finally:
         pool.run = run
     assert [s.reward for s in scores[:3]] == [0.0, 1.0, 0.0] and scores[-1].reward == 1.0
-    assert sum(calls) <= 4  # \frac{0}{7}, \frac{2}{7} and \frac{2}{14}: the rest in-process
+    assert calls == [4]  # sqrt(1)/2, sqrt(2)/2, sqrt(3)/2 and sqrt(2)/2 written another way
 
 
 def test_format_reward_default_and_custom_pattern():
