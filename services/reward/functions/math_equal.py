@@ -71,7 +71,7 @@ class Options:
 # ------------------------------------------------------------------------- in the service process
 
 
-def quick_verdict(pred: str, pred_math: bool, gold: str, gold_math: bool, opts: Options):
+def quick_verdict(pred: str, gold: str, opts: Options) -> str | None:
     """EQUAL / DIFFERENT / UNPARSED when no parser is needed, else None (send to a worker)."""
     p, g = pred.strip(), gold.strip()
     if not g:

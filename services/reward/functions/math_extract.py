@@ -25,6 +25,7 @@ _MAX_MARKERS = 20  # markers tried from the end before giving up on markers
 
 _BOX = re.compile(r"\\(?:boxed|fbox)\b\s*")
 _BRACE = re.compile(r"[{}]")
+_SOLUTION_MARK = re.compile(r"(?:^|\s)####[ \t]*[-+$\d.]", re.MULTILINE)
 _BOX_SEPARATOR = re.compile(r",|;|\band\b|\bor\b")
 _MARKER = re.compile(
     r"\bfinal\s+answer\b(?:\s*(?:is\b|:))?"
@@ -110,6 +111,16 @@ def read_reference(reference: str, kind: str, last_number: bool = True) -> Answe
     if inner is not None:
         return Answer(_clean_span(inner), "reference")
     return Answer(_clean_span(stripped), "reference", math=_looks_latex(stripped))
+
+
+def looks_like_solution(reference: str) -> bool:
+    """A reference with a GSM8K ``#### x`` line or a box that is not all of it is a worked
+    solution: read as an answer it would be text that no completion equals."""
+    stripped = reference.strip()
+    if _SOLUTION_MARK.search(stripped):
+        return True
+    box = _BOX.search(stripped)
+    return box is not None and box.start() > 1
 
 
 # ------------------------------------------------------------------------------------ boxes

@@ -2,10 +2,11 @@
 ``format``.
 
 ``math_answer`` is brorl's policy around math-verify: which part of a completion is its answer
-(``math_extract``), what counts as equal (``math_equal``), and where the cost of a comparison is
-bounded (``math_workers``). Per batch, each distinct reference is read once and each distinct
-(answer, reference) pair is compared once, so identical completions in a group cost one comparison.
-Integer answers are settled in this process without importing sympy.
+(``math_extract``), what counts as equal (``math_equal`` in this process, ``math_symbolic`` in the
+workers), and where the cost of a comparison is bounded (``math_workers``). Per batch, each
+distinct reference is read once and each distinct (answer, reference) pair is compared once, so
+identical completions in a group cost one comparison. Integer answers are settled in this process
+without importing sympy.
 """
 
 from __future__ import annotations
@@ -21,7 +22,12 @@ from brorl.errors import InvalidArgument
 from services.reward.base import Score, ScoreItem
 from services.reward.config import BUILTIN_FUNCTIONS, MathAnswerSpec
 from services.reward.functions import math_equal, math_symbolic
-from services.reward.functions.math_extract import Answer, extract_answer, read_reference
+from services.reward.functions.math_extract import (
+    Answer,
+    extract_answer,
+    looks_like_solution,
+    read_reference,
+)
 
 _DETAILS = {
     math_equal.UNPARSED: "the answer could not be read as mathematics",
@@ -104,19 +110,15 @@ class MathAnswer:
                 keys.append(fast)
                 continue
             if item.reference not in refs:
-                refs[item.reference] = read_reference(
-                    item.reference, self.spec.reference_kind, self.spec.last_number
-                )
+                refs[item.reference] = self._reference(item.reference)
             if item.completion not in answers:
                 answers[item.completion] = extract_answer(item.completion, self.spec.last_number)
             gold, pred = refs[item.reference], answers[item.completion]
             key = (pred, gold)
             keys.append(key)
-            if key in verdicts or key in pending or gold is None or pred is None:
-                continue
-            quick = math_equal.quick_verdict(
-                pred.text, pred.math, gold.text, gold.math, self.options
-            )
+            if key in verdicts or key in pending or gold is None or not gold.text or pred is None:
+                continue  # decided already, or _score says why there is nothing to compare
+            quick = math_equal.quick_verdict(pred.text, gold.text, self.options)
             if quick is not None:
                 verdicts[key] = (RewardStatus.OK, quick)
             else:
@@ -139,10 +141,17 @@ class MathAnswer:
             for k in keys
         ]
 
+    def _reference(self, reference: str) -> Answer | None:
+        kind = self.spec.reference_kind
+        if kind == "answer" and looks_like_solution(reference):
+            return _SOLUTION_REFERENCE
+        return read_reference(reference, kind, self.spec.last_number)
+
     def _score(self, key: tuple, verdict: tuple[str, str] | None) -> Score:
         pred, gold = key
-        if gold is None:
-            return Score(0.0, RewardStatus.ERROR, _reference_detail(self.spec.reference_kind))
+        if gold is None or gold is _SOLUTION_REFERENCE:
+            detail = _reference_detail(self.spec.reference_kind if gold is None else "looks")
+            return Score(0.0, RewardStatus.ERROR, detail)
         if pred is None:
             return Score(0.0, detail="no answer found", components={"has_answer": 0.0})
         status, value = verdict
@@ -210,9 +219,18 @@ def parse_inline_options(body: str, base: str) -> dict[str, str]:
     return values
 
 
+# What _reference returns for a worked solution read as an answer (scored as an error).
+_SOLUTION_REFERENCE = Answer("", "reference")
+
+
 def _reference_detail(kind: str) -> str:
     if kind == "solution":
         return "the reference solution has no answer (reference_kind: solution)"
+    if kind == "looks":
+        return (
+            "the reference looks like a worked solution (a '#### x' line or a \\boxed{} inside "
+            "it); set reference_kind: solution (reward_fn: math_answer:reference_kind=solution)"
+        )
     return "the reference is empty"
 
 

@@ -27,13 +27,13 @@ OPTS = me.Options()
     ],
 )
 def test_text_answers_compare_as_text(a, b, equal):
-    verdict = me.quick_verdict(a, True, b, True, OPTS)
+    verdict = me.quick_verdict(a, b, OPTS)
     assert verdict == (me.EQUAL if equal else me.DIFFERENT)
 
 
 @pytest.mark.parametrize("a,b", [("\\text{}", "\\text{}"), ("\\text{}", "\\text{ }"), ("}{", "}{")])
 def test_empty_or_unparseable_answers_equal_nothing_not_even_themselves(a, b):
-    assert me.quick_verdict(a, True, b, True, OPTS) != me.EQUAL
+    assert me.quick_verdict(a, b, OPTS) != me.EQUAL
     assert ms.verdict([a, True, True], [b, True, True], OPTS) != me.EQUAL
 
 
@@ -61,16 +61,16 @@ def test_what_is_a_text_answer(s, text):
 
 def test_units_kept_make_a_unit_part_of_the_answer():
     assert me.is_text_answer("7 apples", units="keep")
-    assert me.quick_verdict("7 apples", False, "7", False, me.Options(units="keep")) == me.DIFFERENT
+    assert me.quick_verdict("7 apples", "7", me.Options(units="keep")) == me.DIFFERENT
 
 
 def test_integers_of_any_length_and_signs():
-    assert me.quick_verdict("-0", False, "0", False, OPTS) == me.EQUAL
-    assert me.quick_verdict("+007", False, "7", False, OPTS) == me.EQUAL
-    assert me.quick_verdict("9" * 6000, False, "9" * 6000, False, OPTS) == me.EQUAL
-    assert me.quick_verdict("-" + "9" * 6000, False, "9" * 6000, False, OPTS) == me.DIFFERENT
-    assert me.quick_verdict("", False, "1", False, OPTS) == me.UNPARSED
-    assert me.quick_verdict("1", False, " ", False, OPTS) == me.BAD_REFERENCE
+    assert me.quick_verdict("-0", "0", OPTS) == me.EQUAL
+    assert me.quick_verdict("+007", "7", OPTS) == me.EQUAL
+    assert me.quick_verdict("9" * 6000, "9" * 6000, OPTS) == me.EQUAL
+    assert me.quick_verdict("-" + "9" * 6000, "9" * 6000, OPTS) == me.DIFFERENT
+    assert me.quick_verdict("", "1", OPTS) == me.UNPARSED
+    assert me.quick_verdict("1", " ", OPTS) == me.BAD_REFERENCE
 
 
 NUMBERS = [
@@ -108,7 +108,7 @@ def math_verify_verdict(pred: str, gold: str) -> str:
 def test_in_process_shortcuts_agree_with_math_verify():
     disagree = []
     for pred, gold in itertools.product(NUMBERS + SHAPES, NUMBERS):
-        quick = me.quick_verdict(pred, True, gold, True, OPTS)
+        quick = me.quick_verdict(pred, gold, OPTS)
         if quick is not None and quick != math_verify_verdict(pred, gold):
             disagree.append((pred, gold, quick))
     assert disagree == []

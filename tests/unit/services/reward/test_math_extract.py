@@ -5,7 +5,11 @@ import time
 
 import pytest
 
-from services.reward.functions.math_extract import extract_answer, read_reference
+from services.reward.functions.math_extract import (
+    extract_answer,
+    looks_like_solution,
+    read_reference,
+)
 
 
 @pytest.mark.parametrize(
@@ -146,3 +150,20 @@ def test_extraction_is_linear_on_hostile_text(text):
     extract_answer(text)
     read_reference(text, "solution")
     assert time.perf_counter() - start < 2.0
+
+
+@pytest.mark.parametrize(
+    "reference,solution",
+    [
+        ("She sold 72 clips.\n#### 72", True),
+        ("reasoning #### 1,234", True),
+        ("so the answer is $\\boxed{5}$.", True),
+        ("\\boxed{5}", False),
+        ("$\\boxed{5}$", False),
+        ("72", False),
+        ("#### Step 1", False),  # a markdown heading
+        ("\\text{The midpoints form a hexagon}", False),
+    ],
+)
+def test_a_worked_solution_is_recognised(reference, solution):
+    assert looks_like_solution(reference) is solution

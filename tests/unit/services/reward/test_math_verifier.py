@@ -106,7 +106,9 @@ def test_solution_references_are_extracted_like_completions():
         assert rewards(fn, [("72", gsm8k), ("24", gsm8k), ("so \\boxed{5}", math)]) == [1, 0, 1]
     finally:
         fn.close()
-    assert rewards(MathAnswer(), [("72", gsm8k)]) == [0.0]  # an answer reference is the whole text
+    # read as an answer, a solution is an error naming the fix, never a silent 0 for every path
+    [s] = MathAnswer().score_batch([ScoreItem("a", "", "72", gsm8k)])
+    assert s.status == RewardStatus.ERROR and "reference_kind: solution" in s.detail
 
 
 def test_identical_answers_in_a_batch_are_compared_once(math_answer):
