@@ -83,6 +83,9 @@ def quick_verdict(pred: str, gold: str, opts: Options) -> str | None:
     # Identical answers are equal, but "\text{}" or "}{" equal nothing, not even themselves.
     if p == g and _ALNUM.search(normalize_text(p)):
         return EQUAL
+    if len(g) > MAX_ANSWER_CHARS:  # no formula answer is this long: a text answer, or nothing
+        tg = normalize_text(g)
+        return EQUAL if tg and normalize_text(p) == tg else DIFFERENT
     if len(p) > MAX_ANSWER_CHARS:
         return UNPARSED
     if is_text_answer(p, opts.units) or is_text_answer(g, opts.units):

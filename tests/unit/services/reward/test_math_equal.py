@@ -6,6 +6,7 @@ same pairs."""
 from __future__ import annotations
 
 import itertools
+import time
 
 import pytest
 
@@ -189,3 +190,12 @@ def test_separate_answers_are_a_set_even_in_order_of_a_list():
 def test_an_unparseable_answer_is_unparsed_not_a_string_to_compare(answer):
     assert ms.parse_answer(answer, True, OPTS) == ()
     assert ms.verdict([answer, True, True], ["1", True, True], OPTS) == me.UNPARSED
+
+
+def test_long_references_cost_little_in_the_service():
+    long_text = "The answer is the word " + "very " * 1000 + "long"
+    hostile = "1" + " " * 200_000 + "!"
+    start = time.perf_counter()
+    assert me.quick_verdict(long_text.upper(), long_text, OPTS) == me.EQUAL
+    assert me.quick_verdict("1", hostile, OPTS) == me.DIFFERENT
+    assert time.perf_counter() - start < 1.0
