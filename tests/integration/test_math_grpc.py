@@ -33,6 +33,18 @@ def service():
         yield server, stub
 
 
+@pytest.fixture(scope="module")
+def slack(service) -> float:
+    """Beyond the limit, what answering costs on this machine now (see test_math_hostile)."""
+    _, stub = service
+    times = []
+    for _ in range(3):
+        start = time.perf_counter()
+        score(stub, "math_answer", [("so \\boxed{\\frac{\\sqrt{2}}{2}}", "\\frac{1}{\\sqrt{2}}")])
+        times.append(time.perf_counter() - start)
+    return 1.0 + 3 * max(times)
+
+
 def score(stub, fn, items):
     reqs = [
         reward_pb2.ScoreRequest(id=str(i), completion=c, reference=r)
@@ -51,28 +63,28 @@ def serving(server) -> bool:
     return reply.status == health_pb2.HealthCheckResponse.SERVING
 
 
-def test_a_hostile_path_times_out_and_the_service_answers_the_next_batch(service):
+def test_a_hostile_path_times_out_and_the_service_answers_the_next_batch(service, slack):
     server, stub = service
     items = [("so \\boxed{\\frac{3}{4}}", "0.75"), (TOWER, "1"), ("The answer is 7.", "7")]
     start = time.perf_counter()
     results = score(stub, "math_answer", items)
-    assert time.perf_counter() - start < LIMIT_S + 1.5
+    assert time.perf_counter() - start < LIMIT_S + slack
     assert [r.status for r in results] == [RewardStatus.OK, RewardStatus.TIMEOUT, RewardStatus.OK]
     assert [r.reward for r in results] == [1.0, 0.0, 1.0]
     assert "exceeded" in results[1].detail
     assert serving(server)
     start = time.perf_counter()
     again = score(stub, "math_answer", [("\\boxed{x^2+2x+1}", "(x+1)^2"), ("41", "42")])
-    assert time.perf_counter() - start < 1.0
+    assert time.perf_counter() - start < slack
     assert [(r.status, r.reward) for r in again] == [(RewardStatus.OK, 1.0), (RewardStatus.OK, 0.0)]
 
 
-def test_identical_hostile_paths_in_one_batch_cost_one_limit(service):
+def test_identical_hostile_paths_in_one_batch_cost_one_limit(service, slack):
     server, stub = service
     server.registry.get("math_answer")._workers().start()
     start = time.perf_counter()
     results = score(stub, "math_answer", [(TOWER, "1")] * 64)
-    assert time.perf_counter() - start < LIMIT_S + 1.5
+    assert time.perf_counter() - start < LIMIT_S + slack  # not 64 limits
     assert {r.status for r in results} == {RewardStatus.TIMEOUT}
 
 
