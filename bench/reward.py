@@ -3,15 +3,18 @@ object).
 
     python bench/reward.py [--repeats 10] [--paths 512] [--wall-s 2.0] [--baseline-math FILE]
 
-A real gRPC server on 127.0.0.1:0 in this process. Three math groups:
+A real gRPC server on 127.0.0.1:0 in this process. Four math groups:
 
 * ``math_answer``: short integer answers (the RL demo's shape; settled in the service process);
 * ``math_latex``: solution-style completions ending in ``\\boxed{...}`` against ``\\frac{3}{4}``,
   every answer in a call distinct (equivalent forms and wrong ones: fractions, decimals, percents,
   roots, multiples of pi, polynomials, tuples), and fresh answers in every call, so neither the
   per-batch dedup nor the workers' parse caches help: the cost of 512 real comparisons;
+  half of them (fractions, tuples, polynomials) are settled in the service, half need math-verify;
 * ``math_latex_group``: the same completions, but with the repetition of a wide group (512 paths,
-  64 distinct answers), where identical answers are compared once.
+  64 distinct answers), where identical answers are compared once;
+* ``math_latex_symbolic``: 512 distinct answers that all need math-verify (decimals, percents,
+  radicals, multiples of pi, ``x = a/b``, a root that cancels): the worker-bound cost.
 
 ``--baseline-math FILE`` also registers another ``math_verifier.py`` (e.g. main's, from ``git show
 main:services/reward/functions/math_verifier.py > FILE``) as ``math_answer_baseline`` and times
@@ -70,13 +73,26 @@ LATEX_FORMS = [
 ]
 
 
-def latex_item(i: int, k: int, reference: str) -> reward_pb2.ScoreRequest:
-    """A solution-style completion whose boxed answer is form ``i % 8`` with parameter ``k``."""
+# Answers only math-verify can settle (no in-process shortcut applies to any of them).
+SYMBOLIC_FORMS = [
+    "{d}",
+    "{p}\\%",
+    "\\frac{{\\sqrt{{{k}}}}}{{{k}}}",
+    "{k}\\pi",
+    "x = \\frac{{{a}}}{{{b}}}",
+    "\\sqrt{{{k}}} - \\sqrt{{{k}}} + \\frac{{{a}}}{{{b}}}",
+]
+
+
+def latex_item(i: int, k: int, reference: str, forms=LATEX_FORMS) -> reward_pb2.ScoreRequest:
+    """A solution-style completion whose boxed answer is form ``i % len(forms)`` with parameter
+    ``k``; a third of them equal 3/4."""
     right = k % 3 == 0
     a, b = (3 * k, 4 * k) if right else (3 * k + 1, 4 * k)
     value = a / b
-    answer = LATEX_FORMS[i % len(LATEX_FORMS)].format(
-        a=a, b=b, k=k, d=f"{value:.{len(str(b)) + 4}f}", p=f"{100 * value:.4f}".rstrip("0")
+    percent = f"{100 * value:.4f}".rstrip("0").rstrip(".")
+    answer = forms[i % len(forms)].format(
+        a=a, b=b, k=k, d=f"{value:.{len(str(b)) + 4}f}", p=percent
     )
     return reward_pb2.ScoreRequest(
         id=f"l{i}",
@@ -86,13 +102,13 @@ def latex_item(i: int, k: int, reference: str) -> reward_pb2.ScoreRequest:
     )
 
 
-def latex_items(n: int, call: int, distinct: int = 0) -> list:
+def latex_items(n: int, call: int, distinct: int = 0, forms=LATEX_FORMS) -> list:
     """n completions, answers fresh for each call; distinct > 0: only that many different
     answers, repeated."""
     out = []
     for i in range(n):
         j = i % distinct if distinct else i
-        out.append(latex_item(j, 1 + j // len(LATEX_FORMS) + call * n, "\\frac{3}{4}"))
+        out.append(latex_item(j, 1 + j // len(forms) + call * n, "\\frac{3}{4}", forms))
     return out
 
 
@@ -205,6 +221,9 @@ def math_results(stub, args) -> dict:
     results["math_latex"] = summary(*latex)
     group = timed(stub, "math_answer", lambda c: latex_items(n, c, 64), args.repeats)
     results["math_latex_group"] = summary(*group)
+    forms = SYMBOLIC_FORMS
+    symbolic = timed(stub, "math_answer", lambda c: latex_items(n, c, 0, forms), args.repeats)
+    results["math_latex_symbolic"] = summary(*symbolic)
     return results
 
 

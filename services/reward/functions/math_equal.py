@@ -50,6 +50,14 @@ PLAIN_NUMBER = re.compile(
     re.IGNORECASE,
 )
 NUMBER_WITH_UNIT = re.compile(r"([-+]?[$€£]?\d[\d,.]*\s*%?)\s+[A-Za-z][A-Za-z .'/-]*")
+_RELATION = re.compile(
+    r"[=<>≤≥≠]|\\(?:le|ge|leq|geq|lt|gt|ne|neq|approx|sim|equiv|in|to)(?![A-Za-z])"
+)
+# A command with its name, and the content of text-like commands (their letters are not variables).
+_COMMAND_WITH_NAME = re.compile(
+    r"\\(?:text\w*|mbox|math\w+|operatorname|begin|end)\s*\{[^{}]*\}|\\[A-Za-z]+"
+)
+_VARIABLE = re.compile(r"[A-Za-z]")
 _EXACT = re.compile(
     r"(?P<sign>[-+]?)(?:(?P<int>\d{1,3}(?:,\d{3})+|\d{1,30})"
     r"|\\[dt]?frac(?:\{(?P<n1>\d{1,30})\}\{(?P<d1>\d{1,30})\}|(?P<n2>\d)(?P<d2>\d))"
@@ -94,7 +102,7 @@ def quick_verdict(pred: str, gold: str, opts: Options) -> str | None:
     x, y = exact_number(p), exact_number(g)
     if x is not None and y is not None:  # math-verify compares two rationals exactly, too
         return EQUAL if x == y else DIFFERENT
-    if (y is not None or PLAIN_NUMBER.fullmatch(g)) and _never_a_number(p):
+    if (y is not None or PLAIN_NUMBER.fullmatch(g)) and (_never_a_number(p) or _has_variable(p)):
         return DIFFERENT
     if not opts.symbolic:
         return _plain_number_verdict(p, g, opts)
@@ -111,6 +119,17 @@ def _never_a_number(s: str) -> bool:
         return False
     parts = top_level_split(body[1:-1])
     return len(parts) >= 2 and len(set(parts)) == len(parts)
+
+
+def _has_variable(s: str) -> bool:
+    """A formula with a free variable (``x^{2}+7x``, ``\\frac{\\sqrt{y}}{2}``), which brorl never
+    takes for a number, even when the variable cancels (math-verify's ``simplify`` would accept
+    ``\\frac{3x}{4x}`` for 3/4). Not: an equation or relation (``x = 3/4`` states a value), letters
+    that are constants (``e``, ``i``), or a unit at the end (``5 m``)."""
+    if _RELATION.search(s) or TRAILING_UNIT.search(s) or NUMBER_WITH_UNIT.fullmatch(s.strip()):
+        return False
+    plain = _COMMAND_WITH_NAME.sub(" ", s)
+    return any(ch not in "eEiI" for ch in _VARIABLE.findall(plain))
 
 
 def _closing_pair(s: str) -> bool:

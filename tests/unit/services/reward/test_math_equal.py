@@ -94,6 +94,9 @@ NUMBERS = [
     "32, 349",
 ]
 SHAPES = ["(1, 2)", "[3, 4]", "(0.75, 1)", "\\begin{pmatrix}1 & 2\\end{pmatrix}", "[3, 3]", "(3)"]
+# Formulas with a variable, never a number (the degenerate \frac{3x}{4x} = 3/4 is tested below).
+VARIABLES = ["x^{2}+7x", "\\frac{\\sqrt{y}}{2}", "3x", "a_1", "x + 1 - 1", "x = 3/4", "2e", "5 m"]
+VARIABLES += ["x\\approx 3", "x\\approx3", "y \\le 4", "x\\in\\{3\\}"]
 
 
 def math_verify_verdict(pred: str, gold: str) -> str:
@@ -108,7 +111,7 @@ def math_verify_verdict(pred: str, gold: str) -> str:
 
 def test_in_process_shortcuts_agree_with_math_verify():
     disagree = []
-    for pred, gold in itertools.product(NUMBERS + SHAPES, NUMBERS):
+    for pred, gold in itertools.product(NUMBERS + SHAPES + VARIABLES, NUMBERS):
         quick = me.quick_verdict(pred, gold, OPTS)
         if quick is not None and quick != math_verify_verdict(pred, gold):
             disagree.append((pred, gold, quick))
@@ -199,3 +202,10 @@ def test_long_references_cost_little_in_the_service():
     assert me.quick_verdict(long_text.upper(), long_text, OPTS) == me.EQUAL
     assert me.quick_verdict("1", hostile, OPTS) == me.DIFFERENT
     assert time.perf_counter() - start < 1.0
+
+
+def test_a_variable_never_equals_a_number_even_when_it_cancels():
+    # stricter than math-verify, whose simplify() accepts it: a degenerate answer is no answer
+    assert math_verify_verdict("\\frac{3x}{4x}", "\\frac{3}{4}") == me.EQUAL
+    assert me.quick_verdict("\\frac{3x}{4x}", "\\frac{3}{4}", OPTS) == me.DIFFERENT
+    assert me.quick_verdict("x = \\frac{3}{4}", "\\frac{3}{4}", OPTS) is None  # states a value
