@@ -192,13 +192,28 @@ def _number_list(s: str) -> list[str] | None:
     return cleaned if all(_LIST_ELEMENT.fullmatch(p) for p in cleaned) else None
 
 
+# Answers of the common shapes, parsed once by a new worker before it says it is ready: the
+# parser builds its prediction tables on first use (most of a second on a loaded machine), which
+# must not count against the first real item's time limit.
+_WARM_UP = (
+    "\\frac{1}{2}",
+    "0.5",
+    "50\\%",
+    "\\sqrt{2}+\\pi",
+    "x^{2}+1",
+    "(1, 2)",
+    "x = 3",
+    "[0, 1)",
+)
+
+
 def worker_verdict(job: list | None) -> str | None:
     """What a worker process runs (``math_workers``): ``verdict`` of a job as JSON data, [pred,
-    gold, options as a dict]; ``None`` only loads math-verify."""
+    gold, options as a dict]; ``None`` loads math-verify and warms its parser."""
     if job is None:
-        import math_verify  # noqa: F401 - loaded before the worker says it is ready
-
         logging.getLogger("math_verify").setLevel(logging.ERROR)  # "timeout is disabled" notes
+        for answer in _WARM_UP:
+            verdict([answer, True, True], ["\\frac{3}{4}", True, True], Options())
         return None
     pred, gold, opts = job
     return verdict(pred, gold, Options(**opts))
