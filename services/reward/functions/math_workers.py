@@ -103,6 +103,7 @@ class WorkerPool:
         self._lock = threading.Lock()
         self._all: set[_Worker] = set()
         self._closed = False
+        self._starting = 0  # replacements being started in the background
         self.restarts = 0  # workers replaced after a timeout or a death
 
     def start(self) -> None:
@@ -117,7 +118,7 @@ class WorkerPool:
                 pass  # it died; the next item that gets it replaces it
 
     def _spawn_missing(self) -> None:
-        for _ in range(max(0, self.processes - len(self._all))):
+        for _ in range(max(0, self.processes - len(self._all) - self._starting)):
             self._spawn()
 
     def _spawn(self) -> _Worker:
@@ -209,13 +210,24 @@ class WorkerPool:
         return Outcome(True, value) if kind == "ok" else Outcome(False, detail=value)
 
     def _replace(self, w: _Worker, why: str) -> None:
+        """Kill ``w`` and start its successor; the caller's item is answered at once, while
+        reaping the dead process and starting the new one (slow on a loaded machine) go on in
+        the background."""
         log.warning("math worker pid %s %s; starting a new one", w.proc.pid, why)
-        w.kill()
+        if w.proc.poll() is None:
+            w.proc.kill()
         with self._lock:
             self._all.discard(w)
             self.restarts += 1
+            self._starting += 1
+        threading.Thread(target=self._succeed, args=(w,), daemon=True, name="math-worker").start()
+
+    def _succeed(self, w: _Worker) -> None:
+        w.kill()
+        with self._lock:
+            self._starting -= 1
             if not self._closed:
-                self._spawn()  # starts now and gets ready while the others work
+                self._spawn()  # gets ready while the others work
 
     def close(self) -> None:
         with self._lock:
