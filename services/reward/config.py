@@ -18,19 +18,8 @@ from brorl.config.base import StrictModel
 from brorl.rpc import metrics_bind_field
 from brorl.security import InferenceSecurityConfig
 from brorl.cluster import DEFAULT, METRICS_PORTS, address
+from services.reward.functions.math_options import MathAnswerSpec
 from services.reward.pipeline_config import PipelineSpec, check_regexes
-
-
-class MathAnswerSpec(StrictModel):
-    type: Literal["math_answer"] = Field(
-        "math_answer", description="Reward function family: math_answer."
-    )
-    rel_tol: float = Field(
-        1e-6, ge=0, le=0.1, description="Relative tolerance for non-integer numeric answers."
-    )
-    symbolic: bool = Field(
-        True, description="Compare non-numeric answers symbolically with sympy (guarded)."
-    )
 
 
 class ExactMatchSpec(StrictModel):
@@ -260,8 +249,9 @@ class Builtin(NamedTuple):
 BUILTIN_FUNCTIONS: dict[str, Builtin] = {
     "math_answer": Builtin(
         MathAnswerSpec,
-        "1 if the completion's final answer (\\boxed{}, 'the answer is', or last "
-        "number) equals the reference numerically or symbolically, else 0.",
+        "1 if the completion's final answer (last \\boxed{}, 'the answer is', '#### x', a "
+        "final formula, else the last number) equals the reference's by math-verify "
+        "(numbers, LaTeX, sets, intervals, matrices, equations; text answers as text), else 0.",
     ),
     "exact_match": Builtin(
         ExactMatchSpec,

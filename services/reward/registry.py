@@ -4,7 +4,8 @@
 ``Registry.score`` is the one place scores leave a function: a function that raises yields status
 "error" for its items (never an exception), rewards are clipped to ±clip, and every path gets a
 latency.
-Names of the form ``composite:a=0.5,b=0.5`` are built on the fly from registered components.
+Names of the form ``composite:a=0.5,b=0.5`` are built on the fly from registered components, and
+``math_answer:reference_kind=solution`` from a registered math function with a run's own options.
 """
 
 from __future__ import annotations
@@ -56,11 +57,25 @@ class Registry:
                         self._inline.pop(next(iter(self._inline)))
                     self._inline[name] = Composite(name, weights, self)
                 return self._inline[name]
+        base, sep, options = name.partition(":")
+        if sep and hasattr(self._functions.get(base), "with_options"):
+            return self._with_options(name, base, options)
         known = ", ".join(self.names()) or "none"
         raise InvalidArgument(
             "reward_fn",
             f"unknown reward function {name!r}; available: {known} (or composite:name=weight,...)",
         )
+
+    def _with_options(self, name: str, base: str, options: str) -> RewardFunction:
+        """``math_answer:reference_kind=solution``: a registered math function with a run's own
+        comparison options, built once and kept with the inline composites."""
+        with self._lock:
+            if name not in self._inline:
+                fn = self._functions[base].with_options(name, options)
+                if len(self._inline) >= MAX_INLINE:
+                    _close(self._inline.pop(next(iter(self._inline))))
+                self._inline[name] = fn
+            return self._inline[name]
 
     def names(self) -> list[str]:
         return sorted(self._functions)
@@ -135,12 +150,16 @@ class Registry:
                 fn.warm()
 
     def close(self) -> None:
-        for fn in self._functions.values():
-            if hasattr(fn, "close"):
-                try:
-                    fn.close()
-                except Exception:  # noqa: BLE001 - closing is best effort
-                    log.exception("closing reward function %s", fn.name)
+        for fn in [*self._inline.values(), *self._functions.values()]:
+            _close(fn)
+
+
+def _close(fn: RewardFunction) -> None:
+    if hasattr(fn, "close"):
+        try:
+            fn.close()
+        except Exception:  # noqa: BLE001 - closing is best effort
+            log.exception("closing reward function %s", fn.name)
 
 
 def build_function(name: str, spec, registry: Registry) -> RewardFunction:
@@ -148,7 +167,7 @@ def build_function(name: str, spec, registry: Registry) -> RewardFunction:
     if kind == "math_answer":
         from services.reward.functions.math_verifier import MathAnswer
 
-        return MathAnswer(name, spec.rel_tol, spec.symbolic)
+        return MathAnswer(name, spec)
     if kind == "exact_match":
         from services.reward.functions.math_verifier import ExactMatch
 

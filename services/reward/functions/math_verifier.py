@@ -1,356 +1,237 @@
-"""Rule rewards for math: final-answer extraction and numeric / symbolic comparison, and a
-format reward.
+"""Rule rewards for math: ``math_answer`` (final answer against the reference), ``exact_match`` and
+``format``.
 
-Extraction order: the last ``\\boxed{...}`` (nested braces allowed), then "the answer is ...", then
-the last number in the text. Comparison: plain integers are compared directly (the RL hot path: 512
-short integer answers per group never touch sympy); then exact rationals (fractions, decimals,
-percentages, thousands separators, ``\\frac``); then, for anything else, a guarded sympy parse
-compared numerically (constants) or at random points (expressions with symbols).
+``math_answer`` is brorl's policy around math-verify: which part of a completion is its answer
+(``math_extract``), what counts as equal (``math_equal`` in this process, ``math_symbolic`` in the
+workers), and where the cost of a comparison is bounded (``math_workers``). Per batch, each
+distinct reference is read once and each distinct (answer, reference) pair is compared once, so
+identical completions in a group cost one comparison. Integer answers are settled in this process
+without importing sympy.
 """
 
 from __future__ import annotations
 
-import math
-import random
 import re
-from fractions import Fraction
-from functools import lru_cache
+import threading
+from dataclasses import asdict
 
+from pydantic import ValidationError
+
+from brorl.contract import RewardStatus
+from brorl.errors import InvalidArgument
 from services.reward.base import Score, ScoreItem
-from services.reward.config import BUILTIN_FUNCTIONS
+from services.reward.config import BUILTIN_FUNCTIONS, MathAnswerSpec
+from services.reward.functions import math_equal, math_symbolic
+from services.reward.functions.math_extract import (
+    Answer,
+    extract_answer,
+    looks_like_solution,
+    read_reference,
+)
 
-_INT = re.compile(r"^[-+]?\d+$")
-_ANSWER_IS = re.compile(r"answer\s*(?:is|:)\s*:?\s*", re.IGNORECASE)
-_NUMBER = re.compile(r"[-+]?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?(?:/\d+)?%?|[-+]?\.\d+%?")
-_TEXT_CMD = re.compile(r"\\(?:text|textbf|mathrm|mbox)\{[^{}]*\}")
-_LEAD_VAR = re.compile(r"^[a-zA-Z]\s*=\s*")
-# Names a symbolic answer may use; everything else is rejected before sympy sees the string.
-_FUNCS = {"sqrt", "log", "ln", "exp", "sin", "cos", "tan", "pi", "abs"}
-_IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-_SAFE_CHARS = re.compile(r"^[0-9A-Za-z+\-*/^(). ,]*$")
-
-
-def _braced(text: str, start: int) -> tuple[str, int] | None:
-    """Content of the brace group opening at text[start] == '{', and the index after it."""
-    depth = 0
-    for i in range(start, len(text)):
-        if text[i] == "{":
-            depth += 1
-        elif text[i] == "}":
-            depth -= 1
-            if depth == 0:
-                return text[start + 1 : i], i + 1
-    return None
-
-
-def _last_boxed(text: str) -> str | None:
-    for cmd in ("\\boxed", "\\fbox"):
-        pos = text.rfind(cmd)
-        while pos != -1:
-            rest = pos + len(cmd)
-            while rest < len(text) and text[rest] == " ":
-                rest += 1
-            if rest < len(text) and text[rest] == "{":
-                group = _braced(text, rest)
-                if group is not None:
-                    return group[0].strip()
-            elif rest < len(text):  # "\boxed 5"
-                return re.split(r"[\s$]", text[rest:], maxsplit=1)[0]
-            pos = text.rfind(cmd, 0, pos)
-    return None
-
-
-def extract_answer(text: str) -> str | None:
-    """The final answer of a completion: \\boxed{...}, then "the answer is X", then the last
-    number."""
-    stripped = text.strip()
-    if _INT.match(stripped):  # fast path: the completion is a bare integer
-        return stripped
-    boxed = _last_boxed(text)
-    if boxed:
-        return boxed
-    said = list(_ANSWER_IS.finditer(text))
-    if said:
-        rest = text[said[-1].end() :].split("\n", 1)[0]
-        rest = re.split(r"\.(?:\s|$)", rest, maxsplit=1)[0].strip().strip("$").strip()
-        lead = _NUMBER.match(rest)
-        if lead and re.fullmatch(r"\s+[A-Za-z]{2,}[A-Za-z ]*", rest[lead.end() :]):  # "7 apples"
-            return lead.group()
-        if rest:
-            return rest
-    if re.fullmatch(r"\$[^$]+\$", stripped):  # the whole completion is one formula
-        return stripped
-    numbers = _NUMBER.findall(text)
-    return numbers[-1] if numbers else None
-
-
-def normalize(text: str) -> str:
-    """Strip the dress of an answer: $, \\text{units}, "x =", \\left/\\right, degree signs, trailing
-    dot."""
-    s = text.strip().strip("$").strip()
-    s = _TEXT_CMD.sub("", s)
-    for old, new in (
-        ("\\left", ""),
-        ("\\right", ""),
-        ("\\!", ""),
-        ("\\,", ""),
-        ("\\;", ""),
-        ("\\%", "%"),
-        ("^\\circ", ""),
-        ("^{\\circ}", ""),
-        ("\\dfrac", "\\frac"),
-        ("\\tfrac", "\\frac"),
-        ("\\cdot", "*"),
-        ("\\times", "*"),
-        ("\\div", "/"),
-        ("−", "-"),
-    ):
-        s = s.replace(old, new)
-    s = _LEAD_VAR.sub("", s)
-    return s.strip().rstrip(".").strip()
-
-
-def to_number(text: str) -> Fraction | None:
-    """Parse "1,234", "-3.5", "7/8", "12%", "\\frac{7}{8}" exactly; None when it is not a plain
-    number."""
-    s, percent = _strip_percent(normalize(text))
-    value = _rational(s)
-    return None if value is None else value * (Fraction(1, 100) if percent else 1)
-
-
-def _strip_percent(s: str) -> tuple[str, bool]:
-    return (s[:-1].strip(), True) if s.endswith("%") else (s, False)
-
-
-def _rational(s: str) -> Fraction | None:
-    m = re.fullmatch(r"(-?)\\frac\{([^{}]+)\}\{([^{}]+)\}", s) or re.fullmatch(
-        r"(-?)\\frac(\d)(\d)", s
-    )
-    if m:
-        num, den = _rational(m.group(2)), _rational(m.group(3))
-        if num is None or not den:
-            return None
-        return -num / den if m.group(1) else num / den
-    s = s.replace(" ", "")
-    if re.fullmatch(r"[-+]?\d{1,3}(?:,\d{3})+(?:\.\d+)?", s):
-        s = s.replace(",", "")
-    if not re.fullmatch(r"[-+]?(?:\d+(?:\.\d*)?|\.\d+)(?:/\d+(?:\.\d*)?)?", s):
-        return None
-    try:
-        if "/" in s:
-            num, den = s.split("/", 1)
-            return Fraction(num) / Fraction(den)
-        return Fraction(s)
-    except (ValueError, ZeroDivisionError):
-        return None
-
-
-def _number_candidates(text: str) -> list[Fraction] | None:
-    """Values an answer may mean: "50%" is both 0.5 and 50 (a question may ask for the percent)."""
-    s, percent = _strip_percent(normalize(text))
-    value = _rational(s)
-    if value is None:
-        return None
-    return [value / 100, value] if percent else [value]
-
-
-def _close(a: float, b: float, rel_tol: float) -> bool:
-    return math.isclose(a, b, rel_tol=rel_tol, abs_tol=rel_tol * 1e-3)
-
-
-def answers_match(
-    predicted: str, reference: str, rel_tol: float = 1e-6, symbolic: bool = True
-) -> bool:
-    p, r = predicted.strip(), reference.strip()
-    if _INT.match(p) and _INT.match(r):  # hot path
-        return int(p) == int(r)
-    if normalize(p) == normalize(r):
-        return True
-    pa, ra = _number_candidates(p), _number_candidates(r)
-    if pa is not None and ra is not None:
-        return any(
-            x == y
-            or (x.denominator != 1 or y.denominator != 1)
-            and _close(float(x), float(y), rel_tol)
-            for x in pa
-            for y in ra
-        )
-    if not symbolic:
-        return False
-    return _symbolic_equal(normalize(p), normalize(r), rel_tol)
-
-
-# ------------------------------------------------------------- symbolic comparison (sympy, guarded)
-
-
-def latex_to_plain(s: str) -> str:
-    """\\frac{a}{b} → (a)/(b), \\sqrt{x} → sqrt(x), \\sqrt[n]{x} → (x)^(1/(n)), braces →
-    parentheses."""
-    for _ in range(
-        8
-    ):  # innermost groups first; nesting deeper than 8 stays unparsed (and fails the guard)
-        new = re.sub(r"\\frac\{([^{}]*)\}\{([^{}]*)\}", r"((\1)/(\2))", s)
-        new = re.sub(r"\\sqrt\[([^\[\]{}]*)\]\{([^{}]*)\}", r"((\2)^(1/(\1)))", new)
-        new = re.sub(r"\\sqrt\{([^{}]*)\}", r"sqrt(\1)", new)
-        if new == s:
-            break
-        s = new
-    s = re.sub(r"\\sqrt(\d)", r"sqrt(\1)", s)
-    s = (
-        s.replace("\\pi", " pi ")
-        .replace("\\ln", " ln")
-        .replace("\\log", " log")
-        .replace("\\exp", " exp")
-    )
-    for fn in ("sin", "cos", "tan"):
-        s = s.replace("\\" + fn, " " + fn)
-    return s.replace("{", "(").replace("}", ")").replace("π", " pi ").replace("√", "sqrt")
-
-
-def _safe_for_sympy(s: str) -> bool:
-    """Only arithmetic, single-letter variables and a few functions; nothing sympy's eval could
-    abuse."""
-    if len(s) > 200 or not _SAFE_CHARS.match(s) or ".." in s or re.search(r"[A-Za-z_)]\s*\.", s):
-        return False
-    if any(len(n) > 1 and n.lower() not in _FUNCS for n in _IDENT.findall(s)):
-        return False
-    return not re.search(r"\d{40,}", s) and s.count("^") + s.count("**") <= 4
-
-
-def _bounded_powers(expr) -> bool:
-    """No power towers and no numeric exponent beyond 100: 9^9^9 would never finish evaluating."""
-    import sympy
-
-    for node in sympy.preorder_traversal(expr):
-        if isinstance(node, sympy.Pow):
-            base, exp = node.args
-            if exp.has(sympy.Pow) or (base.has(sympy.Pow) and not base.free_symbols):
-                return False
-            if exp.is_Number and abs(exp) > 100:
-                return False
-    return True
-
-
-def _sympy_namespace(plain: str) -> tuple[dict, dict]:
-    """The only names an answer may use in sympy: its one-letter symbols and a few functions."""
-    import sympy
-
-    names = {n: sympy.Symbol(n) for n in set(_IDENT.findall(plain)) if len(n) == 1}
-    names.update(
-        {
-            "sqrt": sympy.sqrt,
-            "log": sympy.log,
-            "ln": sympy.log,
-            "exp": sympy.exp,
-            "sin": sympy.sin,
-            "cos": sympy.cos,
-            "tan": sympy.tan,
-            "pi": sympy.pi,
-            "abs": sympy.Abs,
-            "e": sympy.E,
-        }
-    )
-    glob = {
-        "__builtins__": {},
-        "Integer": sympy.Integer,
-        "Float": sympy.Float,
-        "Rational": sympy.Rational,
-        "Symbol": sympy.Symbol,
-        "Add": sympy.Add,
-        "Mul": sympy.Mul,
-        "Pow": sympy.Pow,
-    }
-    return names, glob
-
-
-@lru_cache(maxsize=4096)
-def _parse(s: str):
-    from sympy.parsing.sympy_parser import (
-        convert_xor,
-        implicit_multiplication_application,
-        parse_expr,
-        standard_transformations,
-    )
-
-    plain = latex_to_plain(s)
-    if not _safe_for_sympy(plain):
-        return None
-    names, glob = _sympy_namespace(plain)
-    transformations = standard_transformations + (implicit_multiplication_application, convert_xor)
-    if "," in plain and plain[:1] in "([" and plain[-1:] in ")]":  # a tuple: (1, 2)
-        plain = plain[1:-1]
-    exprs = []
-    try:
-        for part in plain.split(","):
-            # Check the unevaluated tree first: evaluation itself is what could run away.
-            raw = parse_expr(
-                part,
-                local_dict=dict(names),
-                global_dict=glob,
-                evaluate=False,
-                transformations=transformations,
-            )
-            if not _bounded_powers(raw):
-                return None
-            exprs.append(
-                parse_expr(
-                    part,
-                    local_dict=dict(names),
-                    global_dict=glob,
-                    evaluate=True,
-                    transformations=transformations,
-                )
-            )
-    except Exception:  # noqa: BLE001 - unparsable answers simply do not match
-        return None
-    return tuple(exprs)
-
-
-def _symbolic_equal(a: str, b: str, rel_tol: float) -> bool:
-    ea, eb = _parse(a), _parse(b)
-    if not ea or not eb or len(ea) != len(eb):
-        return False
-    return all(_expr_equal(x, y, rel_tol) for x, y in zip(ea, eb))
-
-
-def _expr_equal(x, y, rel_tol: float) -> bool:
-    try:
-        symbols = sorted((x.free_symbols | y.free_symbols), key=str)
-        rng = random.Random(0)
-        points = (
-            [{}] if not symbols else [{s: rng.uniform(0.5, 2.5) for s in symbols} for _ in range(5)]
-        )
-        for point in points:
-            vx, vy = complex(x.evalf(subs=point)), complex(y.evalf(subs=point))
-            if not (
-                _close(vx.real, vy.real, max(rel_tol, 1e-9))
-                and _close(vx.imag, vy.imag, max(rel_tol, 1e-9))
-            ):
-                return False
-        return True
-    except Exception:  # noqa: BLE001 - e.g. non-numeric objects
-        return False
+_DETAILS = {
+    math_equal.UNPARSED: "the answer could not be read as mathematics",
+    math_equal.BAD_REFERENCE: "the reference has no readable answer",
+}
 
 
 class MathAnswer:
     name = "math_answer"
     description = BUILTIN_FUNCTIONS["math_answer"].description
 
-    def __init__(self, name: str = "math_answer", rel_tol: float = 1e-6, symbolic: bool = True):
-        self.name, self.rel_tol, self.symbolic = name, rel_tol, symbolic
+    def __init__(
+        self,
+        name: str = "math_answer",
+        spec: MathAnswerSpec | None = None,
+        shared: MathAnswer | None = None,
+    ):
+        self.name = name
+        self._shared = shared  # a function whose worker processes this one uses
+        self.spec = spec if spec is not None else MathAnswerSpec()
+        self.options = math_equal.Options(
+            float_rounding=self.spec.rounding(),
+            strict=self.spec.strict,
+            percent=self.spec.percent,
+            units=self.spec.units,
+            symbolic=self.spec.symbolic,
+        )
+        self._options_data = asdict(self.options)
+        self._pool = None
+        self._pool_lock = threading.Lock()
+
+    def with_options(self, name: str, options: str) -> MathAnswer:
+        """This function with a run's own comparison options, ``name`` being
+        ``<this name>:key=value,...`` (``math_answer:reference_kind=solution``); it shares this
+        function's worker processes. InvalidArgument (field ``reward_fn``) saying what to fix."""
+        values = parse_inline_options(options, self.name)
+        base = self.spec.model_dump()
+        if "float_rounding" in values or "rel_tol" in values:  # the run's tolerance replaces ours
+            base.update(float_rounding=None, rel_tol=None)
+        try:
+            spec = MathAnswerSpec.model_validate({**base, **values})
+        except ValidationError as exc:
+            err = exc.errors()[0]
+            where = ".".join(str(x) for x in err["loc"]) or "options"
+            raise InvalidArgument("reward_fn", f"{name}: {where}: {err['msg']}") from None
+        return MathAnswer(name, spec, shared=self)
+
+    def _workers(self):
+        if self._shared is not None:
+            return self._shared._workers()
+        with self._pool_lock:
+            if self._pool is None:
+                from services.reward.functions.math_workers import WorkerPool
+
+                self._pool = WorkerPool(
+                    math_symbolic.WORKER,
+                    self.spec.processes,
+                    self.spec.timeout_s,
+                    self.spec.memory_mb,
+                )
+            return self._pool
+
+    def close(self) -> None:
+        if self._shared is not None:
+            return  # the workers belong to the function they were derived from
+        with self._pool_lock:
+            pool, self._pool = self._pool, None
+        if pool is not None:
+            pool.close()
 
     def score_batch(self, items: list[ScoreItem]) -> list[Score]:
-        out = []
+        refs: dict[str, Answer | None] = {}
+        answers: dict[str, Answer | None] = {}
+        verdicts: dict[tuple, tuple[str, str]] = {}  # (pred, gold) → (status, verdict | detail)
+        pending: dict[tuple, tuple] = {}
+        keys: list = []
         for item in items:
-            answer = extract_answer(item.completion)
-            if answer is None:
-                out.append(Score(0.0, detail="no answer found", components={"has_answer": 0.0}))
+            fast = _integer_verdict(item.completion, item.reference)
+            if fast is not None:  # the RL hot path: a bare integer against an integer
+                keys.append(fast)
                 continue
-            ok = answers_match(answer, item.reference, self.rel_tol, self.symbolic)
-            out.append(
-                Score(1.0 if ok else 0.0, components={"has_answer": 1.0, "correct": float(ok)})
+            if item.reference not in refs:
+                refs[item.reference] = self._reference(item.reference)
+            if item.completion not in answers:
+                answers[item.completion] = extract_answer(item.completion, self.spec.last_number)
+            gold, pred = refs[item.reference], answers[item.completion]
+            key = (pred, gold)
+            keys.append(key)
+            if key in verdicts or key in pending or gold is None or not gold.text or pred is None:
+                continue  # decided already, or _score says why there is nothing to compare
+            quick = math_equal.quick_verdict(pred.text, gold.text, self.options)
+            if quick is not None:
+                verdicts[key] = (RewardStatus.OK, quick)
+            else:
+                pending[key] = [
+                    [pred.text, pred.math, pred.ordered],
+                    [gold.text, gold.math, gold.ordered],
+                    self._options_data,
+                ]
+        if pending:
+            outcomes = self._workers().run(list(pending.values()))
+            for key, outcome in zip(pending, outcomes):
+                if outcome.ok:
+                    verdicts[key] = (RewardStatus.OK, outcome.value)
+                elif outcome.timed_out:
+                    verdicts[key] = (RewardStatus.TIMEOUT, outcome.detail)
+                else:
+                    verdicts[key] = (RewardStatus.ERROR, outcome.detail)
+        return [
+            _INTEGER_SCORES[k]() if k in _INTEGER_SCORES else self._score(k, verdicts.get(k))
+            for k in keys
+        ]
+
+    def _reference(self, reference: str) -> Answer | None:
+        kind = self.spec.reference_kind
+        if kind == "answer" and looks_like_solution(reference):
+            return _SOLUTION_REFERENCE
+        return read_reference(reference, kind, self.spec.last_number)
+
+    def _score(self, key: tuple, verdict: tuple[str, str] | None) -> Score:
+        pred, gold = key
+        if gold is None or gold is _SOLUTION_REFERENCE:
+            detail = _reference_detail(self.spec.reference_kind if gold is None else "looks")
+            return Score(0.0, RewardStatus.ERROR, detail)
+        if pred is None:
+            return Score(0.0, detail="no answer found", components={"has_answer": 0.0})
+        status, value = verdict
+        if status != RewardStatus.OK:
+            return Score(0.0, status, f"{self.name}: {value}", {"has_answer": 1.0})
+        if value == math_equal.BAD_REFERENCE:
+            return Score(0.0, RewardStatus.ERROR, _DETAILS[value], {"has_answer": 1.0})
+        ok = value == math_equal.EQUAL
+        return Score(
+            1.0 if ok else 0.0,
+            detail=_DETAILS.get(value, ""),
+            components={"has_answer": 1.0, "correct": float(ok)},
+        )
+
+
+_INT = re.compile(r"\s*[-+]?\d+\s*")
+_INTEGER_SCORES = {
+    math_equal.EQUAL: lambda: Score(1.0, components={"has_answer": 1.0, "correct": 1.0}),
+    math_equal.DIFFERENT: lambda: Score(0.0, components={"has_answer": 1.0, "correct": 0.0}),
+}
+
+
+def _integer_verdict(completion: str, reference: str) -> str | None:
+    """EQUAL / DIFFERENT when both are bare integers (no extraction needed), else None."""
+    if _INT.fullmatch(completion) and _INT.fullmatch(reference):
+        same = math_equal.int_key(completion.strip()) == math_equal.int_key(reference.strip())
+        return math_equal.EQUAL if same else math_equal.DIFFERENT
+    return None
+
+
+# What a run may set in its reward_fn name; time limits and processes are the service's.
+INLINE_OPTIONS = (
+    "reference_kind",
+    "strict",
+    "percent",
+    "units",
+    "float_rounding",
+    "rel_tol",
+    "symbolic",
+    "last_number",
+)
+
+
+def parse_inline_options(body: str, base: str) -> dict[str, str]:
+    """``reference_kind=solution,units=keep`` → {"reference_kind": "solution", "units": "keep"};
+    InvalidArgument saying what to fix."""
+    example = f"write {base}:reference_kind=solution,units=keep"
+    values: dict[str, str] = {}
+    for part in body.split(","):
+        key, eq, value = (x.strip() for x in part.partition("="))
+        if not eq or not key or not value:
+            raise InvalidArgument(
+                "reward_fn", f"{base} option {part.strip()!r} is not key=value; {example}"
             )
-        return out
+        if key not in INLINE_OPTIONS:
+            raise InvalidArgument(
+                "reward_fn",
+                f"{base} option {key!r} cannot be set in reward_fn; one of "
+                f"{', '.join(INLINE_OPTIONS)} (timeout_s, processes and memory_mb belong to the "
+                "reward service's config)",
+            )
+        if key in values:
+            raise InvalidArgument("reward_fn", f"{base} option {key!r} is given twice")
+        values[key] = value
+    return values
+
+
+# What _reference returns for a worked solution read as an answer (scored as an error).
+_SOLUTION_REFERENCE = Answer("", "reference")
+
+
+def _reference_detail(kind: str) -> str:
+    if kind == "solution":
+        return "the reference solution has no answer (reference_kind: solution)"
+    if kind == "looks":
+        return (
+            "the reference looks like a worked solution (a '#### x' line or a \\boxed{} inside "
+            "it); set reference_kind: solution (reward_fn: math_answer:reference_kind=solution)"
+        )
+    return "the reference is empty"
 
 
 class ExactMatch:
