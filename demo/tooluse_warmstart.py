@@ -37,6 +37,7 @@ class ToolWarmstartConfig:
     lr: float = 3e-3
     seed: int = 0
     eval_problems: int = 500
+    threads: int = 1  # torch threads: a tiny model on a shared machine (more only contend)
 
     def hash(self) -> str:
         blob = json.dumps({"v": 1, **asdict(self)}, sort_keys=True)
@@ -63,9 +64,11 @@ def warmstart(out: str | Path, cfg: ToolWarmstartConfig | None = None) -> dict:
     if is_cached(out, cfg):
         return json.loads((out / MARKER).read_text())
     import torch
+    from tqdm.auto import tqdm
 
     from demo import model as model_factory
 
+    torch.set_num_threads(cfg.threads)
     start = time.perf_counter()
     (out / MARKER).unlink(missing_ok=True)
     model_factory.create_tiny_model(
@@ -81,7 +84,7 @@ def warmstart(out: str | Path, cfg: ToolWarmstartConfig | None = None) -> dict:
     teacher = Demonstrator(cfg.tool_easy, cfg.tool_hard, cfg.typo)
     rng, gen = random.Random(cfg.seed), torch.Generator().manual_seed(cfg.seed)
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, betas=(0.9, 0.98), weight_decay=0.01)
-    for step in range(cfg.steps):
+    for step in tqdm(range(cfg.steps), desc="tool-use warm-start", mininterval=2.0):
         for group in opt.param_groups:  # linear warm-up, then cosine to a tenth
             group["lr"] = cfg.lr * min(1.0, (step + 1) / 50) * (0.55 + 0.45 * _cos(step, cfg.steps))
         idx = torch.randint(0, len(data), (cfg.batch_size,), generator=gen).tolist()
