@@ -47,6 +47,12 @@ def add_arguments(p) -> None:
     p.add_argument("--learner-port", type=int, default=cluster.DEFAULT.learner_port)
     p.add_argument("--reward-port", type=int, default=cluster.DEFAULT.reward_port)
     p.add_argument("--rollout-base-port", type=int, default=cluster.DEFAULT.rollout_base_port)
+    p.add_argument(
+        "--env-port",
+        type=int,
+        default=cluster.DEFAULT.env_port,
+        help="the environment service's port (tasks with one, e.g. task: tooluse)",
+    )
 
 
 def run_demo(args) -> int:

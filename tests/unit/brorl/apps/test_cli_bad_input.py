@@ -125,6 +125,13 @@ ROWS = [
         "{busy}",
     ),
     (
+        "demo-tooluse-env-port-in-use",
+        "demo --config configs/tooluse.yaml --workdir {tmp}/demo --reward-port {p1} "
+        "--learner-port {p2} --rollout-base-port {p3} --env-port {busy}",
+        "--env-port",
+        "{busy}",
+    ),
+    (
         "sweep-missing-config",
         "sweep --config {tmp}/missing.yaml --workdir {tmp}/sweep",
         "missing.yaml",
