@@ -192,9 +192,11 @@ def verifies(path_id: str, share: float) -> bool:
     return zlib.crc32(path_id.encode()) / 2**32 < share
 
 
-def environment_params(env_cfg) -> common_pb2.EnvironmentParams:
+def environment_params(env_cfg, chat_turn=None) -> common_pb2.EnvironmentParams:
     """What a job of a run with an ``env`` section (``brorl.config.environment``) asks of the
-    rollout worker's episodes; an empty message (single-turn paths) without one."""
+    rollout worker's episodes; an empty message (single-turn paths) without one. ``chat_turn``:
+    the observation's chat wrapping when ``env.chat`` (the learner derives it from the model's
+    chat template)."""
     if env_cfg is None:
         return common_pb2.EnvironmentParams()
     return common_pb2.EnvironmentParams(
@@ -206,4 +208,5 @@ def environment_params(env_cfg) -> common_pb2.EnvironmentParams:
         max_inflight_steps=env_cfg.max_inflight_steps,
         reward=env_cfg.reward,
         chat=env_cfg.chat,
+        chat_turn=chat_turn,
     )

@@ -168,7 +168,7 @@ class ExploreParams(_message.Message):
     def __init__(self, oversample_m: _Optional[int] = ..., dedup: _Optional[str] = ..., dedup_threshold: _Optional[float] = ..., retention: _Optional[float] = ..., predictor: _Optional[str] = ..., predictor_prefix_tokens: _Optional[int] = ..., dedup_method: _Optional[str] = ..., embedding_model: _Optional[str] = ...) -> None: ...
 
 class EnvironmentParams(_message.Message):
-    __slots__ = ("address", "max_turns", "max_total_tokens", "step_timeout_s", "episode_timeout_s", "max_inflight_steps", "reward", "chat")
+    __slots__ = ("address", "max_turns", "max_total_tokens", "step_timeout_s", "episode_timeout_s", "max_inflight_steps", "reward", "chat", "chat_turn")
     ADDRESS_FIELD_NUMBER: _ClassVar[int]
     MAX_TURNS_FIELD_NUMBER: _ClassVar[int]
     MAX_TOTAL_TOKENS_FIELD_NUMBER: _ClassVar[int]
@@ -177,6 +177,7 @@ class EnvironmentParams(_message.Message):
     MAX_INFLIGHT_STEPS_FIELD_NUMBER: _ClassVar[int]
     REWARD_FIELD_NUMBER: _ClassVar[int]
     CHAT_FIELD_NUMBER: _ClassVar[int]
+    CHAT_TURN_FIELD_NUMBER: _ClassVar[int]
     address: str
     max_turns: int
     max_total_tokens: int
@@ -185,7 +186,18 @@ class EnvironmentParams(_message.Message):
     max_inflight_steps: int
     reward: str
     chat: bool
-    def __init__(self, address: _Optional[str] = ..., max_turns: _Optional[int] = ..., max_total_tokens: _Optional[int] = ..., step_timeout_s: _Optional[float] = ..., episode_timeout_s: _Optional[float] = ..., max_inflight_steps: _Optional[int] = ..., reward: _Optional[str] = ..., chat: _Optional[bool] = ...) -> None: ...
+    chat_turn: ChatTurn
+    def __init__(self, address: _Optional[str] = ..., max_turns: _Optional[int] = ..., max_total_tokens: _Optional[int] = ..., step_timeout_s: _Optional[float] = ..., episode_timeout_s: _Optional[float] = ..., max_inflight_steps: _Optional[int] = ..., reward: _Optional[str] = ..., chat: _Optional[bool] = ..., chat_turn: _Optional[_Union[ChatTurn, _Mapping]] = ...) -> None: ...
+
+class ChatTurn(_message.Message):
+    __slots__ = ("close", "before", "after")
+    CLOSE_FIELD_NUMBER: _ClassVar[int]
+    BEFORE_FIELD_NUMBER: _ClassVar[int]
+    AFTER_FIELD_NUMBER: _ClassVar[int]
+    close: str
+    before: str
+    after: str
+    def __init__(self, close: _Optional[str] = ..., before: _Optional[str] = ..., after: _Optional[str] = ...) -> None: ...
 
 class PromptJob(_message.Message):
     __slots__ = ("run_id", "job_id", "group_id", "prompt_id", "prompt", "reference", "sampling", "reward_fn", "learner_step", "part_index", "part_count", "path_offset", "explore", "extra", "eval", "verifier_fn", "verifier_sample", "prompt_token_ids", "env")

@@ -70,7 +70,7 @@ class Trainer:
         self.data = prompts or load_run_prompts(cfg)
         epoch = uuid.uuid4().hex[:8]
         jobs = channels.prompt_queue()
-        self.feed = JobFeed(run_id, cfg, self.data.train, jobs, epoch=epoch)
+        self.feed = JobFeed(run_id, cfg, self.data.train, jobs, epoch=epoch, env=self.data.env)
         self.heldout = HeldoutEval(
             run_id,
             cfg,
@@ -79,6 +79,7 @@ class Trainer:
             epoch,
             emit=lambda step, values: state.emit(values, event="eval", step=step),
             timeout_s=cfg.asynchrony.group_timeout_s,
+            env=self.data.env,
         )
         self.ckpt_dir = state.run_dir / "checkpoints"
         self.counters = RunCounters()

@@ -33,9 +33,12 @@ from brorl.v1 import common_pb2, environment_pb2, environment_pb2_grpc
 log = logging.getLogger(__name__)
 
 MAX_OBSERVATION_CHARS = 100_000  # an observation longer than this is the environment's error
-# After the first answer of a round, how long the scheduler waits for more before the next
-# engine call: answers that come together make one batch (one engine call for many episodes).
+# After the first answer of a round the scheduler waits for the others before the next engine
+# call, so that they make one batch (an engine call costs nearly as much for a few episodes as
+# for hundreds): at most GATHER_SHARE of the last engine call's duration (at least GATHER_S), so
+# a slow or hanging environment call holds the others back by a bounded share of a call.
 GATHER_S = 0.02
+GATHER_SHARE = 0.25
 
 
 @dataclass
@@ -120,6 +123,7 @@ class EpisodeRunner:
         self.context = context  # the engine's max_model_len: prompt + episode tokens at most
         self.vocab = len(engine.tokenizer)
         self.eos = engine.tokenizer.eos_token_id
+        self.last_call_s = 0.0  # the last engine call's seconds (bounds the gathering)
 
     def run(self, job, prompt_ids: list[int], sampling: dict, n: int) -> list[Episode]:
         """``n`` episodes of ``job``; ``sampling``: the engine arguments of one policy turn
@@ -178,9 +182,8 @@ class EpisodeRunner:
             now = time.monotonic()
             timeout = max(min(ep.deadline for ep in pending.values()) - now, 0.0)
             finished, _ = wait(list(pending), timeout=timeout, return_when=FIRST_COMPLETED)
-            if finished:  # the answers that follow within GATHER_S join the same batch
-                more, _ = wait(list(pending), timeout=GATHER_S, return_when=ALL_COMPLETED)
-                finished = finished | more
+            if finished:
+                finished = self._gather(pending, finished)
             for future in finished:
                 ep = pending.pop(future)
                 self._after_step(ep, future)
@@ -191,6 +194,13 @@ class EpisodeRunner:
                 if now >= ep.deadline:
                     del pending[future]
                     ep.fail(RewardStatus.ENV_TIMEOUT, f"episode over {self.p.episode_timeout_s}s")
+
+    def _gather(self, pending: dict, finished: set) -> set:
+        """``finished`` and the answers that follow within the gathering time (GATHER_S,
+        GATHER_SHARE)."""
+        limit = max(GATHER_S, GATHER_SHARE * self.last_call_s)
+        more, _ = wait(list(pending), timeout=limit, return_when=ALL_COMPLETED)
+        return finished | more
 
     def _policy_turn(self, prompt_ids, sampling: dict, batch: list[Episode]) -> None:
         """One engine call: the next turn of every episode in ``batch`` from its token ids."""
@@ -207,8 +217,10 @@ class EpisodeRunner:
         if not go:
             return
         kwargs = {**sampling, "max_tokens": [b for _, b in go]}
+        start = time.monotonic()
         with self.lock:
             outs = self.engine.generate([prompt_ids + ep.token_ids for ep, _ in go], n=1, **kwargs)
+        self.last_call_s = time.monotonic() - start
         for (ep, _), (_, [sample]) in zip(go, outs):
             ep.turns += 1
             ep.cut = sample.finish_reason == "length"
@@ -235,7 +247,7 @@ class EpisodeRunner:
             return ep.fail(RewardStatus.ENV_ERROR, f"turn {ep.turns} reward {answer.reward}")
         ep.turn_rewards.append(float(answer.reward))
         ep.info = dict(answer.info)
-        policy_done = ep.action[2]
+        policy_done = ep.action[2] and not self.p.chat  # a chat turn ends with EOS every time
         if answer.done or policy_done:
             return ep.end("length" if ep.cut else "stop")
         if ep.turns >= self.p.max_turns:
@@ -292,4 +304,15 @@ class EpisodeRunner:
                 chars = len(observation.text)
                 return ep.fail(RewardStatus.ENV_ERROR, f"observation of {chars} chars")
             ids = self.engine.encode(observation.text)
+        if self.p.chat and ep.turns:  # a chat turn after the policy's (Reset's joins the prompt)
+            ids = self._chat_turn(ep, ids)
         ep.append(ids, TokenTurn.ENVIRONMENT)
+
+    def _chat_turn(self, ep: Episode, ids: list[int]) -> list[int]:
+        """An observation's ids as a user turn of the chat template (EnvironmentParams.chat_turn,
+        derived by the learner): the policy's turn closed unless it ended with EOS, the user's
+        turn around the observation, the assistant's next turn opened."""
+        wrap = self.p.chat_turn
+        ended = bool(ep.action) and ep.action[2]
+        opening = ("" if ended else wrap.close) + wrap.before
+        return self.engine.encode(opening) + ids + self.engine.encode(wrap.after)

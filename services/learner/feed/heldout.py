@@ -62,9 +62,12 @@ class HeldoutEval:
         epoch: str,
         emit: Callable[[int, dict[str, float]], None],
         timeout_s: float,
+        env: common_pb2.EnvironmentParams | None = None,
     ):
+        """``env``: the jobs' EnvironmentParams (RunPrompts.env; default: from ``cfg.env``)."""
         self.run_id, self.cfg, self.prompts, self.queue = run_id, cfg, prompts, queue
         self.epoch, self.emit, self.timeout_s = epoch, emit, timeout_s
+        self.env = env if env is not None else sampling.environment_params(cfg.env)
         self.rounds: dict[int, Round] = {}
         self.owner: dict[str, int] = {}  # group id → the step of its round
 
@@ -96,7 +99,7 @@ class HeldoutEval:
                 prompt_id=ids.eval_prompt_id(i),
                 prompt=prompt.text,
                 prompt_token_ids=prompt.token_ids,
-                env=sampling.environment_params(self.cfg.env),
+                env=self.env,
                 reference=prompt.reference,
                 extra=prompt.extra,
                 sampling=params,

@@ -49,9 +49,13 @@ class JobFeed:
     """``epoch`` names this learner process's jobs: the workers publish a job id once, so a
     learner resumed from a checkpoint re-sends the groups it lost under new job ids."""
 
-    def __init__(self, run_id: str, cfg: RunConfig, prompts: list[Prompt], queue, epoch: str):
+    def __init__(
+        self, run_id: str, cfg: RunConfig, prompts: list[Prompt], queue, epoch: str, env=None
+    ):
+        """``env``: the jobs' EnvironmentParams (RunPrompts.env; default: from ``cfg.env``)."""
         self.run_id, self.cfg, self.prompts, self.queue = run_id, cfg, prompts, queue
         self.epoch = epoch
+        self.env = env if env is not None else sampling.environment_params(cfg.env)
         self.order = PromptOrder(len(prompts), cfg.data.shuffle_seed)
         self.cursor = 0  # groups enqueued so far (checkpointed)
         b = cfg.sampling.budget
@@ -103,7 +107,7 @@ class JobFeed:
                 prompt_id=ids.prompt_id(index),
                 prompt=prompt.text,
                 prompt_token_ids=prompt.token_ids,
-                env=sampling.environment_params(self.cfg.env),
+                env=self.env,
                 reference=prompt.reference,
                 extra=prompt.extra,
                 reward_fn=self.cfg.reward_fn,

@@ -19,9 +19,12 @@ import random
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from brorl import sampling
 from brorl.errors import InvalidArgument
 from brorl.config.run import DataConfig, RunConfig
 from brorl.sampling import DEFAULT_MAX_TOKENS
+from brorl.v1 import common_pb2
+from services.learner.feed.chat_turns import chat_turn
 from services.learner.feed.datafiles import read_rows
 
 log = logging.getLogger(__name__)
@@ -45,6 +48,8 @@ class RunPrompts:
     heldout: list[Prompt]  # evaluated every `eval_every` steps, never trained on
     too_long: int = 0  # prompts left out: their tokens + max_tokens exceed the context
     context: int | None = None  # the model's context length (None: unknown)
+    # what every job asks of the worker's episodes (empty: single-turn paths)
+    env: common_pb2.EnvironmentParams = field(default_factory=common_pb2.EnvironmentParams)
 
 
 def _text(value) -> str:
@@ -198,7 +203,14 @@ def load_run_prompts(cfg: RunConfig) -> RunPrompts:
             "is set but there are no held-out prompts: set data.eval_path, "
             "data.eval_split or data.eval_fraction",
         )
-    return RunPrompts(train, heldout, too_long, context)
+    return RunPrompts(train, heldout, too_long, context, environment(cfg, tokenizer))
+
+
+def environment(cfg: RunConfig, tokenizer) -> common_pb2.EnvironmentParams:
+    """The jobs' episode parameters; with ``env.chat``, the chat turn of the model's template."""
+    chat = cfg.env is not None and cfg.env.chat
+    turn = chat_turn(tokenizer, cfg.data.chat_template) if chat else None
+    return sampling.environment_params(cfg.env, turn)
 
 
 def split_heldout(prompts: list[Prompt], fraction: float, seed: int):

@@ -5,7 +5,9 @@ and environments that hang, fail or answer garbage.
 Mutations tried, each failing a test here: re-tokenizing the whole transcript each turn (the
 token ids then differ from the turns' own), the scheduler waiting for every Step of a turn
 before the next engine call (a hanging episode then holds the others back), the Step deadline
-not mapped to env_timeout, observation ids not checked against the vocabulary."""
+not mapped to env_timeout, observation ids not checked against the vocabulary, a chat
+observation appended without its wrapping or with the policy's turn closed twice, a chat turn's
+EOS ending the episode."""
 
 from __future__ import annotations
 
@@ -19,6 +21,7 @@ from brorl.contract import RewardStatus, TokenTurn
 from brorl.errors import NotFound
 from brorl.v1 import common_pb2
 from brorl.v1 import environment_pb2 as pb
+from envs.base import Turn
 from envs.calculator import Calculator
 from envs.episodes import EpisodeTable
 from services.rollout.episodes import EpisodeRunner, episode_stats
@@ -82,7 +85,8 @@ class ScriptedEngine:
             if "|" not in text:
                 turn = self.encode(self.call)
             else:  # the answer it read, one character a token (never the merged "12")
-                answer = text.rsplit("]", 1)[1].split("|")[0]
+                read = text.rsplit("]", 1)[1].split("|")[0]
+                answer = "".join(c for c in read if c.isdigit())  # a chat turn's wrapping left out
                 turn = [10 + self.tokenizer.alphabet.index(c) for c in answer] + [EOS]
             turn = turn[:bound]
             out.append((ids, [Sample(turn, [-0.25] * len(turn), self.decode(turn))]))
@@ -104,8 +108,8 @@ class FakeEnv:
     """The calculator environment's episode table behind stub-shaped methods; ``hang`` names
     episodes whose Step waits out its deadline, ``garbage`` episodes answered with bad ids."""
 
-    def __init__(self, hang=(), garbage=(), fail=()):
-        self.table = EpisodeTable(Calculator())
+    def __init__(self, hang=(), garbage=(), fail=(), env=None):
+        self.table = EpisodeTable(env or Calculator())
         self.hang, self.garbage, self.fail = set(hang), set(garbage), set(fail)
         self.steps = 0
 
@@ -218,3 +222,41 @@ def test_an_episode_deadline_ends_a_slow_episode():
 
     episodes = run(ScriptedEngine(), Slow(), n=2, episode_timeout_s=0.4)
     assert {e.status for e in episodes} == {RewardStatus.ENV_TIMEOUT}
+
+
+# A chat wrapping in the fake tokenizer's characters: close "?", before "=", after "+"
+CHAT = common_pb2.ChatTurn(close="?", before="=", after="+")
+
+
+def test_chat_observations_are_wrapped_as_turns_and_appended():
+    """The tool call ends at its stop string, so its turn is closed before the user's turn; the
+    answer's turn ends with EOS, which the environment's done ends (not the EOS)."""
+    engine = ScriptedEngine()
+    [ep] = run(engine, FakeEnv(), n=1, chat=True, chat_turn=CHAT)
+    call, obs = engine.encode("[6*2]"), engine.encode("12|")
+    wrapped = engine.encode("?=") + obs + engine.encode("+")
+    assert ep.token_ids == call + wrapped + [11, 12, EOS]
+    assert ep.token_turns == [1] * len(call) + [TokenTurn.ENVIRONMENT] * len(wrapped) + [2] * 3
+    assert ep.reward == 1.0 and ep.turns == 2
+
+
+def test_a_chat_turn_ending_with_eos_is_not_closed_again_and_does_not_end_the_episode():
+    class Replies:  # three policy turns, each answered "1|"
+        name, version, max_turns, description = "replies", "1", 3, ""
+
+        def reset(self, prompt, reference, extra, seed):
+            return {}, ""
+
+        def step(self, state, turn, action, policy_done):
+            return Turn(observation="1|", reward=float(turn == 3), done=turn == 3)
+
+    class Eos(ScriptedEngine):  # every turn: "7" then EOS, as a chat model ends its turns
+        def generate(self, prompts, n, max_tokens, **kw):
+            return [(p, [Sample([17, EOS], [-0.5, -0.5], "7")]) for p in prompts]
+
+    [ep] = run(Eos(), FakeEnv(env=Replies()), n=1, chat=True, chat_turn=CHAT)
+    turn, obs = [17, EOS], Eos().encode("=1|+")
+    assert ep.token_ids == turn + obs + turn + obs + turn
+    assert (ep.turns, ep.reward, ep.status) == (3, 1.0, RewardStatus.OK)
+    [ep] = run(Eos(), FakeEnv(env=Replies()), n=1)  # without chat the EOS ends the episode
+    assert ep.turns == 1

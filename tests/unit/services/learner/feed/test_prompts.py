@@ -190,3 +190,32 @@ def test_each_prompt_is_tokenized_once_and_its_jobs_carry_the_ids(tmp_path, mode
     by_text = {p.text: p.token_ids for p in got.train + got.heldout}
     for job in jobs:
         assert tuple(job.prompt_token_ids) == by_text[job.prompt]
+
+
+def test_env_chat_sends_the_templates_turn_wrapping_with_every_job(tmp_path, model_dir):
+    """With env.chat the jobs carry the chat turn derived once from the template (training and
+    held-out); a tokenizer without a template is refused at load, naming env.chat."""
+    from services.learner.feed.heldout import HeldoutEval
+    from services.learner.feed.jobfeed import JobFeed
+    from tests.memory_queue import MemoryStreamQueue
+    from brorl.v1 import common_pb2
+
+    rows = [{"prompt": "1+2=", "reference": "3"}, {"prompt": "3+4=", "reference": "7"}]
+    data = jsonl(tmp_path / "d.jsonl", rows)
+    env = {"env": {"address": "127.0.0.1:1", "chat": True}}
+    with pytest.raises(InvalidArgument) as err:
+        load_run_prompts(RunConfig.model_validate({**cfg(model_dir, data).model_dump(), **env}))
+    assert err.value.field == "env.chat"
+    template = (  # user turns end "=", the assistant's "+"
+        "{% for m in messages %}{{ m['content'] }}{% if m['role'] == 'user' %}={% else %}+"
+        "{% endif %}{% endfor %}"
+    )
+    run = cfg(model_dir, data, chat_template=template, eval_fraction=0.5, eval_every=1)
+    run = RunConfig.model_validate({**run.model_dump(), **env})
+    got = load_run_prompts(run)
+    assert got.env.chat and (got.env.chat_turn.before, got.env.chat_turn.after) == ("+", "=")
+    queue = MemoryStreamQueue()
+    JobFeed("r", run, got.train, queue, epoch="e", env=got.env).send(0, step=0)
+    HeldoutEval("r", run, got.heldout, queue, "e", lambda *a: None, 5, env=got.env).start(0)
+    jobs = [common_pb2.PromptJob.FromString(d.data) for d in queue.read(count=10)]
+    assert len(jobs) == 2 and all(j.env == got.env for j in jobs)
