@@ -47,6 +47,20 @@ CHARTS = [
     ),
 ]
 
+# Multi-turn runs (an ``env`` section): drawn only when the run has env/* metrics (the rollout
+# worker's episode statistics, services/rollout/episodes.py) — a single-turn run gets none.
+ENV_PREFIX = "env/"
+ENV_CHARTS = [
+    ("Episodes: policy turns per episode", ["env/turns_mean"]),
+    ("Episodes: environment token share, failed share", ["env/token_share", "env/failed_share"]),
+    ("Environment step latency (ms)", ["env/step_ms"]),
+    (
+        "Episodes left out (per step)",
+        ["learner/excluded_paths/env_error", "learner/excluded_paths/env_timeout"],
+    ),
+]
+LOGP_GAP_TURN = "learner/logp_gap/turn"  # + k: the learner/sampler gap on the policy's k-th turn
+
 STYLE = """
 body { font: 14px/1.4 system-ui, sans-serif; margin: 24px; color: #222; background: #fff; }
 h1 { font-size: 22px; } h2 { font-size: 17px; margin-top: 28px; }
@@ -152,8 +166,22 @@ def _accuracy_chart(run: Run) -> str:
     return line_chart("Held-out accuracy", series, note)
 
 
+def _env_charts(run: Run) -> list[tuple[str, list[str]]]:
+    """The environment charts of a multi-turn run (none for a single-turn one): turns, token
+    shares, step latency, failures, and the log-prob gap of every turn (token continuity)."""
+    names = run.names()
+    if not any(n.startswith(ENV_PREFIX) for n in names):
+        return []
+    gaps = [n for n in names if n.startswith(LOGP_GAP_TURN)]
+    gaps.sort(key=lambda n: int(n[len(LOGP_GAP_TURN) :]))
+    return ENV_CHARTS + [("Learner/sampler log-prob gap by policy turn", gaps)]
+
+
 def _charts(run: Run) -> str:
-    charts = [line_chart(title, {n: run.series(n) for n in names}) for title, names in CHARTS]
+    charts = [
+        line_chart(title, {n: run.series(n) for n in names})
+        for title, names in CHARTS + _env_charts(run)
+    ]
     charts.insert(1, _accuracy_chart(run))
     return '<div class="charts">' + "".join(charts) + "</div>"
 

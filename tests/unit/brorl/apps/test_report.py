@@ -173,6 +173,24 @@ def test_load_run_keeps_the_last_row_of_a_step_and_counts_bad_lines(run_dir):
     assert "samples_every: 5" in run.config
 
 
+def test_a_multi_turn_run_gets_the_environment_charts_and_a_single_turn_run_none(run_dir):
+    """env/* metrics (episodes) add the environment charts, the per-turn log-prob gaps in turn
+    order (turn10 after turn2); the single-turn run directory draws none of them."""
+    page = report.build_html(report.load_run(run_dir))
+    assert all(title not in page for title, _ in report.ENV_CHARTS)
+    text = (run_dir / "metrics.jsonl").read_text()
+    lines = [json.loads(x) for x in text.splitlines() if x.endswith("}")]  # one line was cut
+    extra = {"env/turns_mean": 2.5, "env/token_share": 0.3, "env/step_ms": 4.0}
+    extra |= {f"learner/logp_gap/turn{k}": 0.01 * k for k in (1, 2, 10)}
+    rows = [row if row.get("event") else {**row, **extra} for row in lines]
+    (run_dir / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    run = report.load_run(run_dir)
+    page = report.build_html(run)
+    assert all(title.replace("'", "&#x27;") in page for title, _ in report.ENV_CHARTS)
+    [(title, gaps)] = report._env_charts(run)[len(report.ENV_CHARTS) :]
+    assert gaps == [f"learner/logp_gap/turn{k}" for k in (1, 2, 10)] and "by policy turn" in title
+
+
 def test_nice_ticks_are_round_and_cover_the_range():
     assert nice_ticks(0.0, 1.0) == [0.0, 0.5, 1.0]  # steps of 1, 2 or 5 x 10^k
     assert nice_ticks(0.0, 1.0, 6) == [0.0, 0.2, 0.4, 0.6, 0.8, 1.0]
