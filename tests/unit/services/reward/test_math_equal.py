@@ -198,10 +198,10 @@ def test_an_unparseable_answer_is_unparsed_not_a_string_to_compare(answer):
 def test_long_references_cost_little_in_the_service():
     long_text = "The answer is the word " + "very " * 1000 + "long"
     hostile = "1" + " " * 200_000 + "!"
-    start = time.perf_counter()
+    start = time.process_time()  # CPU time: a loaded machine slows the clock, not the work
     assert me.quick_verdict(long_text.upper(), long_text, OPTS) == me.EQUAL
     assert me.quick_verdict("1", hostile, OPTS) == me.DIFFERENT
-    assert time.perf_counter() - start < 1.0
+    assert time.process_time() - start < 1.0
 
 
 def test_a_variable_never_equals_a_number_even_when_it_cancels():

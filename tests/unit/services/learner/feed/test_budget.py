@@ -148,9 +148,9 @@ def test_large_case_is_fast():
     rng = random.Random(3)
     rates = [rng.random() for _ in range(100)]
     rates[:10] = [0.0] * 5 + [1.0] * 5
-    start = time.perf_counter()
+    start = time.process_time()  # CPU time: a loaded machine slows the clock, not the work
     counts = allocate(rates, total=51200, n_min=16, n_max=1024)
-    elapsed = time.perf_counter() - start
+    elapsed = time.process_time() - start
     assert sum(counts) == 51200 and all(16 <= n <= 1024 for n in counts)
     assert counts[:10] == [16] * 10
     assert elapsed < 2.0, f"allocate took {elapsed:.2f} s"
