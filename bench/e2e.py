@@ -44,7 +44,7 @@ from brorl.apps import recipe  # noqa: E402
 from brorl.apps.demo_cmd import DemoConfig  # noqa: E402
 from brorl.apps.cluster.launcher import Cluster  # noqa: E402
 from brorl.apps.progress import watch_run  # noqa: E402
-from brorl.apps.sweep_cmd import eval_versions  # noqa: E402
+from brorl.apps.recipe import eval_versions  # noqa: E402
 from brorl.client import LearnerClient, RewardClient, RolloutClient  # noqa: E402
 
 PHASES = ("wait", "batch", "forward", "backward", "optimizer", "publish")

@@ -8,11 +8,16 @@ Wide groups are BroRL's regime: P prompts x G paths with G in 256..1024 (and bey
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 
-import torch
+# `python bench/x.py` puts bench/ first on sys.path, not the repository root: add the root so
+# that kernels and bench import the same way under `python -m bench.x`.
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from kernels import group_advantages, group_advantages_reference
-from bench import kernel_common as common
+import torch  # noqa: E402
+
+from kernels import group_advantages, group_advantages_reference  # noqa: E402
+from bench import kernel_common as common  # noqa: E402
 
 MODES = ("fwd",)
 

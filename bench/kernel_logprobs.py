@@ -11,11 +11,16 @@ CUDA, BRORL_TRITON=0). Modes: ``fwd`` (no autograd: old / reference log-probs) a
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 
-import torch
+# `python bench/x.py` puts bench/ first on sys.path, not the repository root: add the root so
+# that kernels and bench import the same way under `python -m bench.x`.
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from kernels import token_logprobs_entropy, token_logprobs_entropy_reference
-from bench import kernel_common as common
+import torch  # noqa: E402
+
+from kernels import token_logprobs_entropy, token_logprobs_entropy_reference  # noqa: E402
+from bench import kernel_common as common  # noqa: E402
 
 MODES = ("fwd", "fwd+bwd")
 
