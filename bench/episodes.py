@@ -15,7 +15,10 @@ status ok), ``engine_calls``, policy and environment tokens, the environment's S
 (p50/p95 ms, as the runner measured it), and ``overhead``: the episodes' wall-clock ÷ the time
 the single-turn run takes for the same number of policy tokens (its tokens/s). Above 1 is the
 price of turns: an engine call per turn (the batch shrinks as turns end at different times),
-the observations' tokens to prefill, and the wait for the environment.
+the observations' tokens to prefill, and the wait for the environment. ``logp_gap_turn{k}`` and
+``logp_gap_single_turn``: token continuity — the mean |log-prob| difference between the
+sampler's log-probs and transformers' on the kept ids (same fp32 files), per policy turn of the
+episodes and for single-turn paths.
 """
 
 from __future__ import annotations
@@ -108,7 +111,8 @@ class CountingEngine:
         return self.engine.decode(ids)
 
 
-def run_episodes(engine, stub, args, repeat: int) -> dict:
+def run_episodes(engine, stub, args, repeat: int) -> tuple[dict, list]:
+    """(timings and counts, the episodes) of one run of N episodes."""
     from brorl.contract import RewardStatus, TokenTurn
     from brorl.v1 import common_pb2
     from services.rollout.episodes import EpisodeRunner
@@ -126,7 +130,7 @@ def run_episodes(engine, stub, args, repeat: int) -> dict:
     seconds = time.perf_counter() - start
     policy = sum(t != TokenTurn.ENVIRONMENT for e in episodes for t in e.token_turns)
     steps_ms = [1000 * e.env_seconds / max(e.turns, 1) for e in episodes]
-    return {
+    stats = {
         "seconds": seconds,
         "episodes_per_s": len(episodes) / seconds,
         "complete_share": sum(
@@ -140,17 +144,42 @@ def run_episodes(engine, stub, args, repeat: int) -> dict:
         "env_step_ms_p50": statistics.median(steps_ms),
         "env_step_ms_p95": statistics.quantiles(steps_ms, n=20)[-1] if len(steps_ms) > 1 else 0,
     }
+    return stats, episodes
 
 
-def run_single_turn(engine, args) -> dict:
-    """N paths of the prompt in one call with the episodes' whole token budget."""
+def logp_gaps(model_dir: str, prompt_ids: list[int], paths: list, turns_of) -> dict[str, float]:
+    """Mean |log π_transformers − log π_sampler| over the policy's tokens of ``paths``, by turn
+    (``turns_of(path)``: each token's turn, 0 the environment's): token continuity in numbers.
+    The sampler is vLLM serving the same fp32 files at temperature 1, so what is left is the two
+    engines' numerical difference — the same for every turn unless the ids sampled from differ
+    from the ids kept."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()
+    sums: dict[int, list[float]] = {}
+    with torch.no_grad():
+        for path in paths:
+            ids = torch.tensor([prompt_ids + list(path.token_ids)])  # (1, T)
+            logp = torch.log_softmax(model(input_ids=ids).logits[0, :-1].double(), -1)
+            start = len(prompt_ids) - 1  # the logits that predict the path's tokens
+            for i, (token, turn) in enumerate(zip(path.token_ids, turns_of(path))):
+                if turn:
+                    gap = abs(float(logp[start + i, token]) - path.logprobs[i])
+                    sums.setdefault(turn, []).append(gap)
+    return {f"turn{k}": statistics.fmean(v) for k, v in sorted(sums.items())}
+
+
+def run_single_turn(engine, args) -> tuple[dict, list]:
+    """(timings and counts, the samples) of N paths of the prompt in one call with the
+    episodes' whole token budget."""
     start = time.perf_counter()
     [(_, samples)] = engine.generate(
         [PROMPT], n=args.n, temperature=1.0, max_tokens=args.turns * args.turn_tokens
     )
     seconds = time.perf_counter() - start
     tokens = sum(len(s.token_ids) for s in samples)
-    return {"seconds": seconds, "tokens": tokens, "tokens_per_s": tokens / seconds}
+    return {"seconds": seconds, "tokens": tokens, "tokens_per_s": tokens / seconds}, samples
 
 
 def main() -> None:
@@ -159,6 +188,7 @@ def main() -> None:
     p.add_argument("--turns", type=int, default=3, help="policy turns per episode")
     p.add_argument("--turn-tokens", type=int, default=8, help="tokens per policy turn at most")
     p.add_argument("--repeats", type=int, default=2, help="runs of each; the best is kept")
+    p.add_argument("--gap-paths", type=int, default=64, help="paths whose log-prob gap is measured")
     args = p.parse_args()
 
     from demo.model import create_tiny_model
@@ -170,14 +200,19 @@ def main() -> None:
         engine = RolloutEngine(str(model), max_num_seqs=max(args.n, 16))
         env, stub = start_environment(args.turns)
         try:
-            episodes = [run_episodes(engine, stub, args, r) for r in range(args.repeats)]
-            single = [run_single_turn(engine, args) for _ in range(args.repeats)]
+            runs = [run_episodes(engine, stub, args, r) for r in range(args.repeats)]
+            flats = [run_single_turn(engine, args) for _ in range(args.repeats)]
+            prompt_ids = engine.encode(PROMPT)
         finally:
             env.terminate()  # by its pid
             env.join(10)
             engine.close()
-    best = min(episodes, key=lambda r: r["seconds"])
-    flat = max(single, key=lambda r: r["tokens_per_s"])
+        k = min(args.gap_paths, args.n)
+        gaps = logp_gaps(str(model), prompt_ids, runs[-1][1][:k], lambda e: e.token_turns)
+        flat_gap = logp_gaps(str(model), prompt_ids, flats[-1][1][:k],
+                             lambda s: [1] * len(s.token_ids))["turn1"]  # fmt: skip
+    best = min((stats for stats, _ in runs), key=lambda r: r["seconds"])
+    flat = max((stats for stats, _ in flats), key=lambda r: r["tokens_per_s"])
     same_tokens_s = best["policy_tokens"] / flat["tokens_per_s"]
     print(
         json.dumps(
@@ -191,6 +226,8 @@ def main() -> None:
                 "single_turn_tokens_per_s": round(flat["tokens_per_s"], 1),
                 "single_turn_seconds_same_tokens": round(same_tokens_s, 4),
                 "overhead": round(best["seconds"] / same_tokens_s, 3),
+                "logp_gap_single_turn": float(f"{flat_gap:.3g}"),
+                **{f"logp_gap_{t}": float(f"{g:.3g}") for t, g in gaps.items()},
             }
         )
     )

@@ -3,10 +3,12 @@
 A problem is ``37*48=`` with its answer ``1776``: a 2-digit number times a 1- or 2-digit one.
 The tiny model cannot multiply, but it can call the calculator — ``[37*48]``, answered
 ``1776|`` — and copy the result. The warm-start imitates a demonstrator that uses the tool
-imperfectly: it calls the calculator (correctly) for most problems with a 1-digit factor, but
-for most problems with a 2-digit factor it answers directly (a guess), and now and then its
-call has a wrong operand. The warm-started policy is then right on the easy half and wrong on
-most of the hard half; RL with the environment's reward teaches it to call the tool there too.
+imperfectly: it calls it for nearly every problem, but it learned the habit on problems whose
+second factor has one digit, so for most problems with a 2-digit factor its call carries only
+that factor's first digit (``[37*4]``, answered ``148|``, and it copies the wrong result); now and
+then a call has a wrong first operand, or it answers without the tool. The warm-started policy
+is then right on most of the easy half and wrong on most of the hard half; RL with the
+environment's reward teaches it to copy the whole factor into its call.
 
 Everything after the prompt is a transcript of policy and environment segments; the
 supervised loss is on the policy's tokens only, as in RL (docs/environments.md).
@@ -61,19 +63,21 @@ def heldout(n: int) -> list[ToolProblem]:
 class Demonstrator:
     """How the imitated policy behaves (the shares are probabilities per problem)."""
 
-    tool_easy: float = 0.9  # calls the tool on a 1-digit factor
-    tool_hard: float = 0.12  # calls the tool on a 2-digit factor (else answers directly)
+    tool: float = 0.9  # calls the tool (else answers directly: a guess)
+    full_call_hard: float = 0.15  # a call on a 2-digit factor carries all of it (else 1 digit)
     typo: float = 0.1  # a call's first operand is off by one digit
 
     def transcript(self, p: ToolProblem, rng: random.Random) -> list[tuple[str, bool]]:
         """(text, the policy's) segments after the prompt; the closing <eos> is implied."""
         a, b = p.prompt[:-1].split("*")
-        if rng.random() < (self.tool_hard if p.hard else self.tool_easy):
-            if rng.random() < self.typo:
-                a = str(int(a) + rng.choice((-1, 1)) * rng.choice((1, 10)))
-            result = str(int(a) * int(b))
-            return [(f"[{a}*{b}]", True), (f"{result}|", False), (result, True)]
-        return [(guess(p, rng), True)]
+        if rng.random() >= self.tool:
+            return [(guess(p, rng), True)]
+        if rng.random() < self.typo:
+            a = str(int(a) + rng.choice((-1, 1)) * rng.choice((1, 10)))
+        if p.hard and rng.random() >= self.full_call_hard:
+            b = b[0]
+        result = str(int(a) * int(b))
+        return [(f"[{a}*{b}]", True), (f"{result}|", False), (result, True)]
 
 
 def guess(p: ToolProblem, rng: random.Random) -> str:

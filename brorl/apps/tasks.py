@@ -39,9 +39,13 @@ def prepare(cfg, work: Path, python_module):
 def accuracy(cfg, model: Path, n: int, python_module) -> float:
     """Held-out greedy accuracy of a model directory on ``n`` problems of ``cfg.task``."""
     if cfg.task == "tooluse":
+        # the task as the run's environment poses it: without the tool, every call is unknown
+        tool = environment(cfg).get("calculator", {}).get("tool", True)
+        flags = [] if tool else ["--no-tool"]
         out = python_module(
-            "demo.tooluse_warmstart", "eval", "--model", str(model), "--n", str(n), capture=True
-        )
+            "demo.tooluse_warmstart", "eval", "--model", str(model), "--n", str(n), *flags,
+            capture=True,
+        )  # fmt: skip
         return json.loads(out.strip().splitlines()[-1])["success"]
     out = python_module(
         "demo", "eval", "--model", str(model), "--n", str(n), "--json", capture=True

@@ -120,3 +120,39 @@ def test_single_turn_paths_train_exactly_as_before():
     lb, _ = surrogate_loss(logp, torch.zeros_like(logp), b, TrainConfig())
     (ga,), (gb,) = torch.autograd.grad(la, logp), torch.autograd.grad(lb, logp)
     assert torch.equal(la, lb) and torch.equal(ga, gb)
+
+
+# The loss and |gradient| sum of a fixed single-turn batch, as the learner computed them before
+# episodes existed (commit 37d66e1, the parent of the multi-turn change; float.hex, bit-exact).
+BEFORE_EPISODES = {
+    "default": ("0x1.01ea880000000p-5", "0x1.23de4ee000000p-2"),
+    "kl": ("0x1.0318580000000p-5", "0x1.2759a406f0000p-2"),
+    "gspo_clip_higher": ("0x1.cefbe40000000p-6", "0x1.c620408000000p-3"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(BEFORE_EPISODES))
+def test_a_fixed_single_turn_batch_gives_the_losses_it_gave_before_episodes(name):
+    train = {
+        "default": TrainConfig(),
+        "kl": TrainConfig(kl_coef=0.1),
+        "gspo_clip_higher": TrainConfig(
+            ratio_level="sequence", clip_high=0.28, estimator="dr_grpo"
+        ),
+    }[name]
+    g = common_pb2.PathGroup(group_id="g1", prompt_token_ids=[5, 9])
+    sampling = common_pb2.SamplingParams(n=5, temperature=1.0, max_tokens=6)
+    for i, n in enumerate((3, 1, 6, 4, 2)):
+        g.paths.add(path_id=f"g1/{i}", token_ids=[(7 + 3 * i + j) % 17 + 4 for j in range(n)],
+                    logprobs=[-0.1 - 0.07 * ((i + j) % 5) for j in range(n)],
+                    reward=[1.0, 0.0, 0.5, 0.0, 1.0][i], sampling=sampling)  # fmt: skip
+    [chunk] = build_batches([g], advantages_of([g], True), 0, 8)
+    gen = torch.Generator().manual_seed(0)
+    logp = torch.randn(chunk.targets.shape, generator=gen) * 0.2 - 0.5
+    entropy = torch.rand(chunk.targets.shape, generator=gen)
+    ref = logp + 0.05 * torch.randn(chunk.targets.shape, generator=gen)
+    x = logp.clone().requires_grad_(True)
+    loss, _ = surrogate_loss(x, entropy, chunk, train, ref)
+    (grad,) = torch.autograd.grad(loss, x)
+    got = (float(loss.detach()).hex(), float(grad.double().abs().sum()).hex())
+    assert got == BEFORE_EPISODES[name]
