@@ -6,8 +6,10 @@ re-renders the conversation. So the template is rendered here twice, around plac
 a user message and an assistant reply, then the same plus a user message (the observation) with
 the assistant's turn opened — and the strings between the placeholders are the turn's wrapping:
 
-    ...<assistant>REPLY  | close | before |  OBSERVATION  | after      (ChatML:
-                         <|im_end|>  \\n<|im_start|>user\\n  ...  <|im_end|>\\n<|im_start|>assistant\\n)
+    ...<assistant>REPLY | close | before | OBSERVATION | after
+
+(ChatML: close ``<|im_end|>``, before ``\\n<|im_start|>user\\n``, after
+``<|im_end|>\\n<|im_start|>assistant\\n``.)
 
 That is exact only for templates that are *append-only*: the rendering of a conversation with one
 more turn starts with the rendering without it. Templates that rewrite earlier turns when a later
@@ -31,7 +33,10 @@ FIELD = "env.chat"
 def _render(tokenizer, template: str, messages: list[dict], open_reply: bool) -> str:
     try:
         return tokenizer.apply_chat_template(
-            messages, tokenize=False, add_generation_prompt=open_reply, chat_template=template or None
+            messages,
+            tokenize=False,
+            add_generation_prompt=open_reply,
+            chat_template=template or None,
         )
     except Exception as exc:  # noqa: BLE001 - a template's Jinja error is the run config's error
         raise InvalidArgument(FIELD, f"rendering the chat template failed: {exc}") from None
