@@ -161,6 +161,28 @@ class DiversitySpec(StrictModel):
     unit: Literal["word", "char"] = Field("word", description="Tokens are words or characters.")
 
 
+class CountdownSpec(StrictModel):
+    type: Literal["countdown"] = Field(
+        "countdown", description="Reward function family: countdown."
+    )
+    format_weight: float = Field(
+        0.0,
+        ge=0,
+        le=1,
+        description="Reward of a wrong expression that the grammar reads (whatever its numbers and "
+        "value); a correct one gets 1, anything else 0.",
+    )
+    max_chars: int = Field(
+        1000,
+        ge=1,
+        le=1_000_000,
+        description="Longer completions are refused unread (reward 0, detail too_long).",
+    )
+    max_depth: int = Field(
+        32, ge=1, le=10_000, description="Deepest parenthesis nesting read; deeper is too_deep."
+    )
+
+
 class CompositeSpec(StrictModel):
     type: Literal["composite"] = Field(
         "composite", description="Reward function family: composite."
@@ -228,6 +250,7 @@ FunctionSpec = Annotated[
         CompositeSpec,
         JudgeSpec,
         PipelineSpec,
+        CountdownSpec,
     ],
     Field(discriminator="type"),
 ]
@@ -283,6 +306,12 @@ BUILTIN_FUNCTIONS: dict[str, Builtin] = {
         DiversitySpec,
         "Normalised n-gram entropy of the completion (1: no repetition, ~0: "
         "degenerate repetition).",
+    ),
+    "countdown": Builtin(
+        CountdownSpec,
+        "1 if the expression after the completion's last '=' (else the whole completion) uses "
+        "each number of the reference ('3,7,25,50:78') exactly once with + - * / and "
+        "parentheses (exact division, no unary minus) and equals its target, else 0.",
     ),
 }
 DEFAULT_FUNCTIONS = tuple(BUILTIN_FUNCTIONS)  # the built-in names, in table order

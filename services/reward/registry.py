@@ -192,6 +192,10 @@ def build_function(name: str, spec, registry: Registry) -> RewardFunction:
             "safety": text_rewards.Safety,
             "diversity": text_rewards.Diversity,
         }[kind](name, spec)
+    if kind == "countdown":
+        from services.reward.functions.countdown import Countdown
+
+        return Countdown(name, spec)
     if kind == "composite":
         from services.reward.functions.composite import Composite
 
