@@ -10,9 +10,13 @@ The CUDA benchmarks (``bench/kernel_*.py``) run here as far as a CPU machine let
 imports everything it needs and exits with its one-line message, not a traceback; on a GPU
 machine (``-m gpu``) each runs ``--quick --no-compile`` and prints its object.
 
-Each script's smallest size is ``SMOKE`` below; the scripts that start a vLLM engine or a whole
-cluster are ``slow`` (most of their minute is the engine's start). A new script without an entry
-fails ``test_every_benchmark_has_a_smoke_run_and_its_keys``.
+Each script's smallest size is ``SMOKE`` below. The scripts that start a vLLM engine, DeepSpeed
+ranks or a whole cluster (``bench`` marker: most of their minute is the start) run at that size
+in ``make bench-smoke``, not in ``make test``: the five together cost about 4 minutes, which the
+suite's 20-minute budget does not hold. In ``make test`` each of them is started with ``--help``
+from the root without PYTHONPATH, which runs every module-level import (all their imports but
+the lazy ones inside ``main``). A new script without an entry fails
+``test_every_benchmark_has_a_smoke_run_and_its_keys``.
 
 Mutations tried, each failing here with the ImportError as the last line of stderr:
 ``from brorl.apps.recipe import nonexistent`` at the top of bench/e2e.py (at once, before any
@@ -39,8 +43,8 @@ from tests.ports import free_ports
 
 ROOT = Path(__file__).resolve().parents[3]
 BENCH = ROOT / "bench"
-SLOW = (pytest.mark.slow,)
-CLUSTER = (pytest.mark.slow, pytest.mark.e2e)
+SLOW = (pytest.mark.slow, pytest.mark.bench)  # make bench-smoke
+CLUSTER = SLOW + (pytest.mark.e2e,)
 
 
 @dataclass(frozen=True)
@@ -176,6 +180,15 @@ def test_benchmark_prints_one_json_object_with_its_keys(name, request, tmp_path)
     args = [a.format(**fill) for a in smoke.args]
     proc = run([f"bench/{name}.py", *args], smoke.timeout_s)
     one_json_object(proc, documented_keys(name))
+
+
+@pytest.mark.parametrize(
+    "name", [n for n, smoke in SMOKE.items() if pytest.mark.bench in smoke.marks]
+)
+def test_a_heavy_benchmark_starts_from_the_root(name):
+    proc = run([f"bench/{name}.py", "--help"], 120)
+    assert proc.returncode == 0 and "Traceback" not in proc.stderr, tail(proc.stderr)
+    assert proc.stdout.startswith("usage:"), tail(proc.stdout)
 
 
 @pytest.mark.parametrize("form", ["module", "script"])
