@@ -2,7 +2,7 @@
 PY ?= python3
 export PYTHONPATH := $(CURDIR)
 
-.PHONY: setup demo test test-fast test-gpu bench protos clean
+.PHONY: setup demo test test-fast test-gpu bench bench-smoke protos clean
 
 setup:
 	@bash scripts/setup.sh
@@ -14,11 +14,15 @@ demo: setup
 test: setup
 	@bash scripts/ensure_redis.sh
 	$(PY) -m ruff check .
-	$(PY) -m pytest -q --durations=15 tests
+	$(PY) -m pytest -q --durations=15 -m "not bench" tests
 
 test-fast: setup
 	$(PY) -m ruff check .
 	$(PY) -m pytest -q tests -m "not slow"
+
+bench-smoke: setup
+	@bash scripts/ensure_redis.sh
+	$(PY) -m pytest -q -m bench tests/unit/bench
 
 test-gpu:
 	$(PY) -m pytest -q tests -m gpu

@@ -26,7 +26,6 @@ Reported:
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import os
 import statistics
@@ -38,6 +37,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from bench import stdout_to_stderr  # noqa: E402
 from bench.peak import peak_gemm_flops  # noqa: E402
 from brorl.cluster import REDIS_URL  # noqa: E402
 from brorl.apps import recipe  # noqa: E402
@@ -48,20 +48,10 @@ from brorl.apps.recipe import eval_versions  # noqa: E402
 from brorl.client import LearnerClient, RewardClient, RolloutClient  # noqa: E402
 
 PHASES = ("wait", "batch", "forward", "backward", "optimizer", "publish")
-
-
-@contextlib.contextmanager
-def stdout_to_stderr():
-    """Send this process's fd 1 (and its children's) to stderr: stdout carries the one JSON."""
-    sys.stdout.flush()
-    saved = os.dup(1)
-    os.dup2(2, 1)
-    try:
-        yield
-    finally:
-        sys.stdout.flush()
-        os.dup2(saved, 1)
-        os.close(saved)
+# the printed object's documented keys (tests/unit/bench/test_bench_smoke.py checks them)
+KEYS = ("bench", "cluster_start_s", "rl_s", "paths_per_s", "rollout_alone_paths_per_s",
+        "pipeline_ratio", "step_phases_s", "learner_flops_over_peak", "accuracy_curve",
+        "seconds_to_target")  # fmt: skip
 
 
 def log(msg: str) -> None:

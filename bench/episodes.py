@@ -35,8 +35,14 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from bench import stdout_to_stderr  # noqa: E402
+
 PROMPT = "37*48="
 OBSERVATION = "1|"
+# the printed object's documented keys (tests/unit/bench/test_bench_smoke.py checks them)
+KEYS = ("episodes_per_s", "complete_share", "engine_calls", "policy_tokens", "env_tokens",
+        "env_step_ms_p50", "env_step_ms_p95", "overhead", "logp_gap_single_turn",
+        "logp_gap_turn1")  # fmt: skip
 
 
 class FixedTurns:
@@ -191,11 +197,11 @@ def main() -> None:
     p.add_argument("--gap-paths", type=int, default=64, help="paths whose log-prob gap is measured")
     args = p.parse_args()
 
-    from demo.model import create_tiny_model
-    from demo.tooluse import CHARS
-    from services.rollout.engine import RolloutEngine
+    with stdout_to_stderr(), tempfile.TemporaryDirectory() as tmp:  # vLLM logs to stdout
+        from demo.model import create_tiny_model
+        from demo.tooluse import CHARS
+        from services.rollout.engine import RolloutEngine
 
-    with tempfile.TemporaryDirectory() as tmp:
         model = create_tiny_model(Path(tmp) / "tiny", chars=CHARS, max_position=128)
         engine = RolloutEngine(str(model), max_num_seqs=max(args.n, 16))
         env, stub = start_environment(args.turns)

@@ -7,20 +7,24 @@ Each bench module defines ``cases(quick)``, ``make_inputs(case, device)``,
 Bandwidth is *effective*: the bytes the op must move at minimum (read inputs once, write
 outputs once; ``bytes_moved``) divided by the measured time, the same numerator for every
 provider, so it compares providers and shows how close each gets to the HBM peak
-(H200: ~4.8 TB/s).
+(H200: ~4.8 TB/s). The table goes to stderr; stdout carries one JSON object (``KEYS``).
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import json
 import os
+import sys
 from typing import Any, Callable, Iterator
 
 import torch
 
 MIB = 1 << 20
+# the printed object's documented keys (tests/unit/bench/test_bench_smoke.py checks them)
+KEYS = ("bench", "device", "rows")
 
 
 @contextlib.contextmanager
@@ -96,12 +100,15 @@ def parse_args(description: str) -> argparse.Namespace:
 
 
 def run(title: str, module: Any, args: argparse.Namespace) -> list[dict]:
-    """Time and measure every provider of `module` on every case; print a table."""
+    """Time and measure every provider of `module` on every case; print a table (stderr) and
+    one JSON object of all rows (stdout)."""
     if not torch.cuda.is_available():
         raise SystemExit(f"{title}: needs a CUDA device (these benchmarks time GPU kernels)")
     rows: list[dict] = []
-    print(f"\n== {title} on {torch.cuda.get_device_name()} ==")
-    print(f"{'case':<44} {'mode':<8} {'provider':<14} {'ms':>9} {'GB/s':>8} {'peak MiB':>10}")
+    device = torch.cuda.get_device_name()
+    table = functools.partial(print, file=sys.stderr, flush=True)
+    table(f"\n== {title} on {device} ==")
+    table(f"{'case':<44} {'mode':<8} {'provider':<14} {'ms':>9} {'GB/s':>8} {'peak MiB':>10}")
     for case in module.cases(args.quick):
         inputs = module.make_inputs(case, "cuda")
         for mode in module.MODES:
@@ -117,7 +124,7 @@ def run(title: str, module: Any, args: argparse.Namespace) -> list[dict]:
                         fn, reset=lambda: [setattr(t, "grad", None) for t in grads or []]
                     )
                 except Exception as exc:  # e.g. out of memory for the naive path on huge shapes
-                    print(
+                    table(
                         f"{str(case):<44} {mode:<8} {name:<14} failed: "
                         f"{type(exc).__name__}: {str(exc)[:80]}"
                     )
@@ -134,7 +141,7 @@ def run(title: str, module: Any, args: argparse.Namespace) -> list[dict]:
                     peak_extra_mib=mib,
                 )
                 rows.append(row)
-                print(
+                table(
                     f"{str(case):<44} {mode:<8} {name:<14} {ms:9.4f} {row['gbps']:8.0f} {mib:10.1f}"
                 )
         del inputs
@@ -142,4 +149,5 @@ def run(title: str, module: Any, args: argparse.Namespace) -> list[dict]:
     if args.json:
         with open(args.json, "w") as f:
             json.dump(rows, f, indent=1, default=str)
+    print(json.dumps({"bench": title, "device": device, "rows": rows}, default=str))
     return rows

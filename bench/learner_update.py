@@ -27,6 +27,9 @@ import tempfile
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
+# the printed object's documented keys (tests/unit/bench/test_bench_smoke.py checks them)
+KEYS = ("bench", "parameters", "peak_gemm_flops", "current.seconds_per_update",
+        "current.paths_per_s", "current.achieved_over_peak")  # fmt: skip
 
 # Runs inside a checkout: times that checkout's update on synthetic demo-shaped groups.
 RUNNER = r"""

@@ -33,6 +33,11 @@ from brorl.apps.cluster.service_proc import ServiceProc, stop_all  # noqa: E402
 from brorl.v1 import common_pb2, reward_pb2, reward_pb2_grpc, rollout_pb2, rollout_pb2_grpc  # noqa: E402,E501
 
 
+# the printed object's documented keys (tests/unit/bench/test_bench_smoke.py checks them)
+KEYS = ("rpcs", "shed", "rss_mib_before", "rss_mib_after", "rss_growth_mib", "rss_growth_ok",
+        "services_alive_after")  # fmt: skip
+
+
 def tree_rss_mib(pid: int) -> float:
     """VmRSS of ``pid`` and all its descendants, from /proc (MiB)."""
     children: dict[int, list[int]] = collections.defaultdict(list)

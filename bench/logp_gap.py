@@ -19,6 +19,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+# the printed object's documented keys (tests/unit/bench/test_bench_smoke.py checks them)
+KEYS = ("bench", "paths", "serving.bf16.logp_gap", "serving.fp32.logp_gap")
 
 
 def served(model, dtype: str):

@@ -2,6 +2,7 @@
 shape widened: hidden 512, 8 layers, as bench/weights.py). Prints ONE JSON object.
 
     python bench/onebit_adam.py [--ranks 2] [--updates 6] [--warmup 2] [--n 64] [--threads 1]
+                                [--tiny]
 
 Each optimizer runs in its own process tree through the learner's real rank machinery
 (services/learner/ranks.py: rank 0 broadcasts the groups, every rank runs its share of the
@@ -15,6 +16,8 @@ own all-reduce runs inside DeepSpeed: its bytes are the same ring count of n fp3
 ``exchange``: the collectives alone on R gloo processes — one fp32 all-reduce of n values
 against one 1-bit exchange (compress, all-to-all, serve, all-gather, decode) of n values, best of
 5: what a step spends on communication here, where the ranks share one machine's memory.
+``--tiny``: the demo's 0.8 M-parameter model instead (the smoke test's size: the figures mean
+nothing).
 """
 
 from __future__ import annotations
@@ -33,6 +36,9 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 MODEL = dict(hidden_size=512, layers=8, heads=8, kv_heads=4, intermediate_size=1536)
+# the printed object's documented keys (tests/unit/bench/test_bench_smoke.py checks them)
+KEYS = ("bench", "params", "adamw.update_s", "onebit_adam.update_s", "onebit_adam.bytes_ratio",
+        "exchange", "targets")  # fmt: skip
 RANK_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")
 
 
@@ -177,6 +183,7 @@ def main() -> None:
     ap.add_argument("--warmup", type=int, default=2, help="1-bit Adam's AdamW steps")
     ap.add_argument("--n", type=int, default=64, help="paths per group (4 groups)")
     ap.add_argument("--threads", type=int, default=1, help="torch threads per rank")
+    ap.add_argument("--tiny", action="store_true", help="the demo's tiny model (a smoke run)")
     ap.add_argument("--rank-run", default="", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.rank_run:
@@ -188,7 +195,7 @@ def main() -> None:
 
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
-        model = str(create_tiny_model(tmp / "model", **MODEL))
+        model = str(create_tiny_model(tmp / "model", **({} if args.tiny else MODEL)))
         runs = {name: run_optimizer(name, model, args, tmp) for name in ("adamw", "onebit_adam")}
         n = runs["adamw"]["params"]
         mp.spawn(

@@ -43,6 +43,9 @@ from services.reward.config import RewardServiceConfig  # noqa: E402
 from services.reward.registry import build_registry  # noqa: E402
 from services.reward.server import build_server  # noqa: E402
 
+# the printed object's documented keys (tests/unit/bench/test_bench_smoke.py checks them)
+KEYS = ("bench", "paths", "math_answer", "math_latex", "math_latex_group", "math_latex_symbolic",
+        "code", "code_limits", "math_workers")  # fmt: skip
 CODE_TESTS = json.dumps(
     {"tests": ["assert add(2, 3) == 5", "assert add(-1, 1) == 0", "assert add(10, 5) == 15"]}
 )

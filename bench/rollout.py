@@ -6,7 +6,8 @@
 * the achieved fraction of a compute roofline: peak fp32 GEMM FLOP/s measured here, divided by
   2·parameters FLOPs per generated token, for a model of >= 20 M parameters.
 
-    python bench/rollout.py [--n 512] [--max-tokens 32] [--repeats 2]
+    python bench/rollout.py [--n 512] [--max-tokens 32] [--repeats 2] [--models tiny,24m]
+                            [--roofline-sizes 1024,2048,3072]
 
 Prints one JSON object. Tokens are counted as produced (paths may stop at EOS early in both).
 """
@@ -26,7 +27,9 @@ sys.path.insert(0, str(ROOT))
 
 from bench.peak import peak_gemm_flops  # noqa: E402
 
-ROOFLINE_SIZES = (1024, 2048, 3072)  # the best of a few sizes is the roofline's peak
+ROOFLINE_SIZES = "1024,2048,3072"  # the best of a few sizes is the roofline's peak
+# the printed object's documented keys (tests/unit/bench/test_bench_smoke.py checks them)
+KEYS = ("bench", "n", "max_tokens", "models", "peak_gemm_flops")
 MODELS = {  # name: create_tiny_model kwargs
     "tiny": dict(hidden_size=128, layers=4, heads=4, kv_heads=2, intermediate_size=384),
     "24m": dict(hidden_size=512, layers=8, heads=8, kv_heads=4, intermediate_size=1536),
@@ -127,6 +130,9 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=2)
     ap.add_argument("--prompt", default="123+456=")
     ap.add_argument("--models", default="tiny,24m", help=f"comma list of {sorted(MODELS)}")
+    ap.add_argument(
+        "--roofline-sizes", default=ROOFLINE_SIZES, help="square GEMM sizes of the peak FLOP/s"
+    )
     args = ap.parse_args()
     os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
     import torch
@@ -134,7 +140,8 @@ def main() -> None:
 
     from demo.model import create_tiny_model
 
-    peak_before = peak_gemm_flops(sizes=ROOFLINE_SIZES, repeats=8)
+    sizes = [int(size) for size in args.roofline_sizes.split(",")]
+    peak_before = peak_gemm_flops(sizes=sizes, repeats=8)
     result = {
         "bench": "rollout",
         "n": args.n,
@@ -168,7 +175,7 @@ def main() -> None:
                 "_flops": one["tokens_per_s"] * 2 * params,
             }
     # measured before and after the generation runs; the larger is the roofline's peak
-    peak_after = peak_gemm_flops(sizes=ROOFLINE_SIZES, repeats=8)
+    peak_after = peak_gemm_flops(sizes=sizes, repeats=8)
     result["peak_gemm_flops"] = peak = max(peak_before, peak_after)
     for r in result["models"].values():
         r["roofline_fraction"] = r.pop("_flops") / peak

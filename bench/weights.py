@@ -8,10 +8,11 @@
   bytes (torch ``save_file`` + ``load_file``) on this machine; and ``floor_ratio``: the
   rounding and the two sha256 passes the design requires, alone, in the same unit.
 
-    python bench/weights.py [--steps 5] [--no-engine]
+    python bench/weights.py [--steps 5] [--latency-steps 3] [--latency-only] [--no-engine] [--tiny]
 
 Prints one JSON object. ``--no-engine`` measures the worker side with an in-process serving
-state instead of vLLM (no reload into a model).
+state instead of vLLM (no reload into a model). ``--tiny``: the demo's 0.8 M-parameter model
+instead (the smoke test's size: every path runs, the figures mean nothing).
 """
 
 from __future__ import annotations
@@ -32,6 +33,8 @@ sys.path.insert(0, str(ROOT))
 
 MODEL = dict(hidden_size=512, layers=8, heads=8, kv_heads=4, intermediate_size=1536)
 LRS = (1e-6, 1e-5, 2e-4)
+# the printed object's documented keys (tests/unit/bench/test_bench_smoke.py checks them)
+KEYS = ("bench", "params", "lr", "latency.latency_ratio", "latency.floor_ratio", "targets")
 
 
 def adam_steps(model_dir: str, lr: float, seed: int = 0):
@@ -228,6 +231,7 @@ def main() -> None:
     ap.add_argument("--latency-steps", type=int, default=3)
     ap.add_argument("--no-engine", action="store_true")
     ap.add_argument("--latency-only", action="store_true", help="skip the per-lr size runs")
+    ap.add_argument("--tiny", action="store_true", help="the demo's tiny model (a smoke run)")
     args = ap.parse_args()
     os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
     from transformers import AutoModelForCausalLM
@@ -236,7 +240,7 @@ def main() -> None:
 
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
-        model_dir = str(create_tiny_model(tmp / "24m", **MODEL))
+        model_dir = str(create_tiny_model(tmp / "model", **({} if args.tiny else MODEL)))
         model = AutoModelForCausalLM.from_pretrained(model_dir)
         params = sum(p.numel() for p in model.parameters())
         result = {"bench": "weights", "params": params, "serving_dtype": "bf16", "lr": {}}
