@@ -18,6 +18,11 @@ Reported:
   the group, and its reload and idle seconds before the job;
 * ``learner_flops_over_peak``: 6 × parameters × positions / (forward + backward + optimizer
   seconds), over a peak GEMM FLOP/s measured here with the learner's thread count;
+  ``learner_standalone_flops_over_peak``: the same update shape (the run's model, N, groups per
+  step, micro-batch and threads; synthetic 2-6-token completions) timed alone after the cluster
+  stopped (bench/learner_update.py), and ``learner_in_pipeline_ratio`` = in-pipeline ÷ alone;
+* ``rollout_reload_share``: a worker's seconds applying published weights ÷ its seconds
+  generating plus applying (per group, means over the run);
 * ``accuracy_curve`` and ``seconds_to_target``: held-out greedy accuracy of the published
   version every ``--eval-every`` steps (evaluated after the run, so evaluation takes no CPU
   from it) and the RL seconds at the first step whose accuracy reaches ``--target``.
@@ -33,11 +38,13 @@ import sys
 import threading
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from bench import stdout_to_stderr  # noqa: E402
+from bench.learner_update import run_update  # noqa: E402
 from bench.peak import peak_gemm_flops  # noqa: E402
 from brorl.cluster import REDIS_URL  # noqa: E402
 from brorl.apps import recipe  # noqa: E402
@@ -47,11 +54,12 @@ from brorl.apps.progress import watch_run  # noqa: E402
 from brorl.apps.recipe import eval_versions  # noqa: E402
 from brorl.client import LearnerClient, RewardClient, RolloutClient  # noqa: E402
 
-PHASES = ("wait", "batch", "forward", "backward", "optimizer", "publish")
+PHASES = ("wait", "batch", "forward", "backward", "optimizer", "publish", "publish_wait")
 # the printed object's documented keys (tests/unit/bench/test_bench_smoke.py checks them)
 KEYS = ("bench", "cluster_start_s", "rl_s", "paths_per_s", "rollout_alone_paths_per_s",
-        "pipeline_ratio", "step_phases_s", "learner_flops_over_peak", "accuracy_curve",
-        "seconds_to_target")  # fmt: skip
+        "pipeline_ratio", "step_phases_s", "learner_flops_over_peak",
+        "learner_standalone_flops_over_peak", "learner_in_pipeline_ratio", "rollout_reload_share",
+        "accuracy_curve", "seconds_to_target")  # fmt: skip
 
 
 def log(msg: str) -> None:
@@ -176,6 +184,7 @@ def main() -> None:
             / max(m["rollout/step_groups"], 1)
             for m in steps
         )
+        phases["publish_thread"] = mean("learner/publish_thread_s")  # off the step
         phases["reward_score_per_group"] = mean("reward/latency_ms") / 1000
         # a worker's time between two jobs: reloading published weights, then waiting for work
         phases["rollout_reload_per_group"] = mean("rollout/reload_s")
@@ -194,6 +203,23 @@ def main() -> None:
             6 * params * sum(m.get("learner/positions", 0.0) for m in steps) / max(compute_s, 1e-9)
         )
         peak = peak_gemm_flops(max(cfg.threads_per_process, 1))
+        log("the same update alone ...")
+        alone_update = run_update(
+            REPO,
+            str(inputs.model),
+            SimpleNamespace(
+                threads=max(cfg.threads_per_process, 1),
+                groups=run_cfg.train.groups_per_step,
+                n=run_cfg.sampling.n,
+                steps=3,
+                micro_batch=run_cfg.train.micro_batch_paths,
+            ),
+        )
+        alone_flops = 6 * params * alone_update["positions"] / min(alone_update["seconds"])
+        generate = phases["rollout_generate_per_group"]
+        reload_share = phases["rollout_reload_per_group"] / max(
+            generate + phases["rollout_reload_per_group"], 1e-9
+        )
     print(
         json.dumps(
             {
@@ -211,6 +237,9 @@ def main() -> None:
                 "step_phases_s": phases,
                 "learner_flops_over_peak": flops / peak,
                 "learner_flops": flops,
+                "learner_standalone_flops_over_peak": alone_flops / peak,
+                "learner_in_pipeline_ratio": flops / alone_flops,
+                "rollout_reload_share": reload_share,
                 "peak_gemm_flops": peak,
                 "warmstart_accuracy": inputs.accuracy,
                 "accuracy_curve": curve,

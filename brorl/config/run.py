@@ -115,6 +115,11 @@ class AsyncConfig(StrictModel):
         description="Staleness ablation: the workers get each weight version this many "
         "versions late, so every path is at least this stale (0: at once).",
     )
+    publish_in_background: bool = Field(
+        True,
+        description="Write each weight version and point the workers at it on a background "
+        "thread while the next update runs (one version in flight); false: within the step.",
+    )
     max_inflight_groups: int = Field(
         4,
         ge=1,

@@ -6,6 +6,7 @@ from __future__ import annotations
 import logging
 import shutil
 import time
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
@@ -38,6 +39,13 @@ class WeightPublisher:
         self.store, self.dtype, self.keyframe_every = store, serving_dtype, keyframe_every
         self.last: _Published | None = None
 
+    def snapshot(self, master: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """The serving-dtype bits of ``master`` (float32 arrays, HF names): a copy, so the
+        update that follows may change ``master`` while these bits are published."""
+        names = list(master)
+        rounded = codec.parallel_map(lambda n: codec.serving_bits(master[n], self.dtype), names)
+        return dict(zip(names, rounded))
+
     def publish(
         self,
         weights: Callable[[], dict[str, np.ndarray]],
@@ -47,19 +55,28 @@ class WeightPublisher:
     ) -> common_pb2.WeightVersion:
         """Write ``weights()`` (float32 arrays, HF names) as ``version`` and point the rollout
         workers at it (``point``: e.g. RunChannels.publish_weights)."""
+        return self.publish_bits(self.snapshot(weights()), point, version, step)
+
+    def publish_bits(
+        self,
+        bits: dict[str, np.ndarray],
+        point: Callable[[common_pb2.WeightVersion], None],
+        version: int,
+        step: int,
+    ) -> common_pb2.WeightVersion:
+        """Write a ``snapshot`` as ``version`` (a keyframe or a delta against the last one)
+        and point the workers at it. Thread-safe against the update; not against itself:
+        one caller at a time (PublishThread)."""
         start = time.perf_counter()
-        master = weights()
-        delta = self._delta_of(master, version)
+        delta = self._delta_of(bits, version)
         last = self.last
 
         def serve(name: str):
-            """One tensor's serving bits, their sha256 and (delta) their encoded change."""
-            bits = codec.serving_bits(master[name], self.dtype)
-            coded = codec.encode_tensor(last.bits[name], bits) if delta else None
-            return bits, codec.tensor_sha256(bits), coded
+            """One tensor's sha256 and (delta) its encoded change."""
+            coded = codec.encode_tensor(last.bits[name], bits[name]) if delta else None
+            return bits[name], codec.tensor_sha256(bits[name]), coded
 
-        done = dict(zip(master, codec.parallel_map(serve, master)))  # tensor by tensor, threaded
-        bits = {n: b for n, (b, _, _) in done.items()}
+        done = dict(zip(bits, codec.parallel_map(serve, bits)))  # tensor by tensor, threaded
         staging = self.store.staging_dir(version)
         changed = sum(b.size for b in bits.values())
         if delta:
@@ -89,7 +106,7 @@ class WeightPublisher:
         )
         return pointer
 
-    def _delta_of(self, master: dict[str, np.ndarray], version: int) -> bool:
+    def _delta_of(self, bits: dict[str, np.ndarray], version: int) -> bool:
         """Whether ``version`` goes out as a delta against the last one: it follows it, its
         keyframe is recent enough and every tensor has the same name and shape."""
         last = self.last
@@ -97,8 +114,8 @@ class WeightPublisher:
             last is not None
             and last.version == version - 1
             and version - last.keyframe < self.keyframe_every
-            and last.bits.keys() == master.keys()
-            and all(last.bits[n].shape == a.shape for n, a in master.items())
+            and last.bits.keys() == bits.keys()
+            and all(last.bits[n].shape == a.shape for n, a in bits.items())
         )
 
     def _serving(self, version: int, delta: bool, done: dict, changed: int) -> dict:
@@ -116,6 +133,52 @@ class WeightPublisher:
                 n: {"sha256": sha, "shape": list(b.shape)} for n, (b, sha, _) in done.items()
             },
         }
+
+
+class PublishThread:
+    """Runs ``send(version, step, bits)`` on one background thread, so that encoding, hashing,
+    writing a version and pointing the workers at it overlap the learner's next wait and
+    update instead of lengthening its step. At most one version is in flight: ``submit``
+    first waits for the previous one, so versions reach the workers in order and at most two
+    snapshots are held. An error in the thread is raised by the next ``submit`` or ``join``.
+    ``background=False`` sends in the caller (tests that step versions exactly)."""
+
+    def __init__(self, send: Callable[[int, int, dict], None], background: bool = True):
+        self.send, self.background = send, background
+        self.sent_s = 0.0  # how long the last send took, wherever it ran
+        self._pool = (
+            ThreadPoolExecutor(1, thread_name_prefix="weight-publish") if background else None
+        )
+        self._inflight: Future | None = None
+
+    def submit(self, version: int, step: int, bits: dict[str, np.ndarray]) -> float:
+        """Start sending ``version``; returns the seconds spent waiting for the previous one."""
+        waited = self.join()
+        if self._pool is None:
+            self._timed(version, step, bits)
+        else:
+            self._inflight = self._pool.submit(self._timed, version, step, bits)
+        return waited
+
+    def join(self) -> float:
+        """Wait until the version in flight is out (raising its error); returns the wait."""
+        start = time.perf_counter()
+        inflight, self._inflight = self._inflight, None
+        if inflight is not None:
+            inflight.result()
+        return time.perf_counter() - start
+
+    def close(self) -> None:
+        try:
+            self.join()
+        finally:
+            if self._pool is not None:
+                self._pool.shutdown(wait=True)
+
+    def _timed(self, version: int, step: int, bits: dict[str, np.ndarray]) -> None:
+        start = time.perf_counter()
+        self.send(version, step, bits)
+        self.sent_s = time.perf_counter() - start
 
 
 _WEIGHT_FILES = {"config.json", "generation_config.json", "model.safetensors.index.json"}

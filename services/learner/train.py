@@ -38,7 +38,7 @@ from services.learner.intake.collect import GroupIntake
 from services.learner.feed.jobfeed import JobFeed
 from services.learner.observe.probe import ProbeMeter
 from services.learner.feed.prompts import RunPrompts, load_run_prompts
-from services.learner.publish import WeightPublisher
+from services.learner.publish import PublishThread, WeightPublisher
 from services.learner.observe.runstate import RunState
 from services.learner.intake.seen_groups import SeenGroups
 from services.learner.observe.step_metrics import RunCounters, step_metrics
@@ -67,6 +67,8 @@ class Trainer:
         self.publisher = WeightPublisher(
             store, cfg.weights.serving_dtype, cfg.weights.keyframe_every
         )
+        self.sender = PublishThread(self._send, cfg.asynchrony.publish_in_background)
+        self.publish_wait_s = 0.0  # this step's wait for the previous version to go out
         self.data = prompts or load_run_prompts(cfg)
         epoch = uuid.uuid4().hex[:8]
         jobs = channels.prompt_queue()
@@ -86,7 +88,7 @@ class Trainer:
         self.step = 0
         self.version = 0
         self.skipped_streak = 0  # updates skipped in a row for non-finite numbers
-        self.held: deque = deque()  # (version, step, weights) not yet sent (async.publish_lag)
+        self.held: deque = deque()  # (version, step, bits) not yet sent (async.publish_lag)
         self.guard = RunGuard(self)  # monitors and their actions (docs/monitors.md)
 
     def run(self) -> None:
@@ -108,6 +110,7 @@ class Trainer:
                 continue
             self.step += 1
             t2 = time.perf_counter()
+            self.publish_wait_s = 0.0
             if self.step % self.cfg.asynchrony.publish_every == 0:
                 self.publish()
             if self.cfg.checkpoint_every and self.step % self.cfg.checkpoint_every == 0:
@@ -124,6 +127,8 @@ class Trainer:
                     "learner/wait_s": t1 - t0,
                     "learner/update_s": t2 - t1,
                     "learner/publish_s": t3 - t2,
+                    "learner/publish_wait_s": self.publish_wait_s,
+                    "learner/publish_thread_s": self.sender.sent_s,
                     "learner/weight_version": self.version,
                 }
             )
@@ -206,8 +211,8 @@ class Trainer:
 
     def finish(self) -> None:
         while self.held:  # versions held back by async.publish_lag: every version reaches disk
-            version, step, weights = self.held.popleft()
-            self._send(version, step, lambda w=weights: w)
+            self.publish_wait_s += self.sender.submit(*self.held.popleft())
+        self.sender.close()
         stop = self.state.stop_requested
         if self.heldout.busy and not stop.is_set():  # the last round, sampled by the last version
             timeout = self.cfg.asynchrony.group_timeout_s
@@ -222,30 +227,31 @@ class Trainer:
 
     # -- weights and checkpoints ----------------------------------------------------------------
     def publish(self, at_once: bool = False) -> None:
-        """A new weight version of the policy. With ``async.publish_lag`` L the workers get it L
-        versions later (its weights are copied aside until then), so paths are sampled by
-        weights at least L versions old; ``at_once`` (the first version, a restored one)
-        publishes now and drops the held ones."""
+        """A new weight version of the policy, sent by the publish thread while the learner
+        goes on (``async.publish_in_background``). With ``async.publish_lag`` L the workers get
+        it L versions later (its bits are held until then), so paths are sampled by weights at
+        least L versions old; ``at_once`` (the first version, a restored one, a rollback)
+        publishes now, waits until the workers are pointed at it, and drops the held ones."""
         self.version += 1
+        bits = self.publisher.snapshot(self.policy.weights())
         lag = 0 if at_once else self.cfg.asynchrony.publish_lag
         if lag == 0:
             self.held.clear()
-            self._send(self.version, self.step, self.policy.weights)
+            self.publish_wait_s += self.sender.submit(self.version, self.step, bits)
+            if at_once:
+                self.sender.join()
             return
-        weights = {n: a.copy() for n, a in self.policy.weights().items()}
-        self.held.append((self.version, self.step, weights))
+        self.held.append((self.version, self.step, bits))
         if len(self.held) > lag:
-            version, step, weights = self.held.popleft()
-            self._send(version, step, lambda: weights)
+            self.publish_wait_s += self.sender.submit(*self.held.popleft())
 
-    def _send(self, version: int, step: int, weights) -> None:
-        self.publisher.publish(
-            weights,
-            lambda p: self._redis(lambda: self.channels.publish_weights(p), "publishing weights"),
-            version,
-            step,
-        )
+    def _send(self, version: int, step: int, bits: dict) -> None:
+        """On the publish thread: write the version, point the workers at it, prune."""
+        self.publisher.publish_bits(bits, self._point_workers, version, step)
         self.store.prune(self.keep_versions)
+
+    def _point_workers(self, pointer) -> None:
+        self._redis(lambda: self.channels.publish_weights(pointer), "publishing weights")
 
     def checkpoint(self) -> str:
         tag = f"step{self.step:07d}"

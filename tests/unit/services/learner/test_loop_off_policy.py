@@ -72,7 +72,13 @@ def config(tmp_path, steps: int, **train) -> RunConfig:
             "data": {"train_path": str(data)},
             "sampling": {"n": 4, "top_k": -1, "top_p": 1.0, "max_tokens": 2},
             "train": {"steps": steps, "groups_per_step": 2, "lr": 1e-2, **train},
-            "async": {"max_inflight_groups": 4, "group_timeout_s": 5, "max_staleness": 1},
+            # versions reach the fake rollout within the step, so its lags are exact
+            "async": {
+                "max_inflight_groups": 4,
+                "group_timeout_s": 5,
+                "max_staleness": 1,
+                "publish_in_background": False,
+            },
             "checkpoint_every": 0,
         }
     )
