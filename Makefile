@@ -14,7 +14,7 @@ demo: setup
 test: setup
 	@bash scripts/ensure_redis.sh
 	$(PY) -m ruff check .
-	$(PY) -m pytest -q --durations=15 -m "not bench" tests
+	PY=$(PY) bash scripts/test.sh
 
 test-fast: setup
 	$(PY) -m ruff check .
