@@ -19,7 +19,8 @@ Reported:
 * ``learner_flops_over_peak``: 6 × parameters × positions / (forward + backward + optimizer
   seconds), over a peak GEMM FLOP/s measured here with the learner's thread count;
   ``learner_standalone_flops_over_peak``: the same update shape (the run's model, N, groups per
-  step, micro-batch and threads; synthetic 2-6-token completions) timed alone after the cluster
+  step, micro-batch and threads; synthetic 2-6-token completions; the same forward + backward +
+  optimizer phases; default lr and no KL) timed alone after the cluster
   stopped (bench/learner_update.py), and ``learner_in_pipeline_ratio`` = in-pipeline ÷ alone;
 * ``rollout_reload_share``: a worker's seconds applying published weights ÷ its seconds
   generating plus applying (per group, means over the run);
@@ -215,7 +216,9 @@ def main() -> None:
                 micro_batch=run_cfg.train.micro_batch_paths,
             ),
         )
-        alone_flops = 6 * params * alone_update["positions"] / min(alone_update["seconds"])
+        # the same phases on both sides: forward + backward + optimizer (0: a revision without them)
+        alone_s = min(alone_update["compute_seconds"]) or min(alone_update["seconds"])
+        alone_flops = 6 * params * alone_update["positions"] / alone_s
         generate = phases["rollout_generate_per_group"]
         reload_share = phases["rollout_reload_per_group"] / max(
             generate + phases["rollout_reload_per_group"], 1e-9

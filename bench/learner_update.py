@@ -69,16 +69,20 @@ except ImportError:   # a revision before the Policy class: Trainer.update did t
     t.counters, t._last_group, t._generated_since_update = Counter(), {}, 0
     update = t.update
 update(groups)   # warm-up: allocator, first-call paths
-times = []
+times, compute = [], []
 for _ in range(args["steps"]):
     start = time.perf_counter()
     stats = update(groups)
     times.append(time.perf_counter() - start)
+    # forward + backward + optimizer, the phases the pipeline's FLOP/s count (bench/e2e.py)
+    compute.append(sum(stats.get(f"learner/{k}_s", 0.0) for k in ("forward", "backward",
+                                                                   "optimizer")))
 # token positions run forward and backward (the old flat batch padded every path to the longest)
 longest = max(len(g.prompt_token_ids) + len(p.token_ids) for g in groups for p in g.paths)
 positions = stats.get("learner/positions", sum(len(g.paths) for g in groups) * longest)
-print(json.dumps({"seconds": times, "tokens": float(stats.get("learner/tokens", 0)),
-                  "positions": float(positions), "micro_batch": args["micro_batch"]}))
+print(json.dumps({"seconds": times, "compute_seconds": compute,
+                  "tokens": float(stats.get("learner/tokens", 0)), "positions": float(positions),
+                  "micro_batch": args["micro_batch"]}))
 """
 
 

@@ -139,13 +139,13 @@ class PublishThread:
     """Runs ``send(version, step, bits)`` on one background thread, so that encoding, hashing,
     writing a version and pointing the workers at it overlap the learner's next wait and
     update instead of lengthening its step. At most one version is in flight: ``submit``
-    first waits for the previous one, so versions reach the workers in order and at most two
-    snapshots are held. An error in the thread is raised by the next ``submit`` or ``join``.
+    first waits for the previous one, so versions reach the workers in order. An error in the
+    thread is logged at once and raised by the next ``submit`` or ``join``.
     ``background=False`` sends in the caller (tests that step versions exactly)."""
 
     def __init__(self, send: Callable[[int, int, dict], None], background: bool = True):
-        self.send, self.background = send, background
-        self.sent_s = 0.0  # how long the last send took, wherever it ran
+        self.send = send
+        self.sent_s = 0.0  # how long the last finished send took, wherever it ran
         self._pool = (
             ThreadPoolExecutor(1, thread_name_prefix="weight-publish") if background else None
         )
@@ -168,7 +168,16 @@ class PublishThread:
             inflight.result()
         return time.perf_counter() - start
 
+    def abandon(self) -> None:
+        """On a failing run: wait for the version in flight, logging (not raising) its error,
+        so that nothing is written or pointed to after the run has ended."""
+        try:
+            self.close()
+        except Exception:  # the run's own error is the one to report
+            log.exception("publishing the last weight version failed")
+
     def close(self) -> None:
+        """Wait for the version in flight (raising its error), then stop the thread."""
         try:
             self.join()
         finally:
@@ -177,7 +186,11 @@ class PublishThread:
 
     def _timed(self, version: int, step: int, bits: dict[str, np.ndarray]) -> None:
         start = time.perf_counter()
-        self.send(version, step, bits)
+        try:
+            self.send(version, step, bits)
+        except Exception:
+            log.exception("publishing weight version %d failed", version)  # seen at once
+            raise
         self.sent_s = time.perf_counter() - start
 
 

@@ -92,6 +92,13 @@ class Trainer:
         self.guard = RunGuard(self)  # monitors and their actions (docs/monitors.md)
 
     def run(self) -> None:
+        try:
+            self._run()
+        except BaseException:
+            self.sender.abandon()  # the version in flight goes out (or fails) before the run ends
+            raise
+
+    def _run(self) -> None:
         self.start()
         train, stop = self.cfg.train, self.state.stop_requested
         while self.step < train.steps and not stop.is_set():
@@ -163,6 +170,8 @@ class Trainer:
     def _evaluate(self) -> None:
         """Start the held-out round due at this step; close rounds that waited too long."""
         if self.heldout.due(self.step):
+            # the round is sampled by the version just made: wait until the workers can see it
+            self.publish_wait_s += self.sender.join()
             self._redis(lambda: self.heldout.start(self.step), "sending evaluation jobs")
         self.heldout.poll()
 
@@ -233,6 +242,9 @@ class Trainer:
         least L versions old; ``at_once`` (the first version, a restored one, a rollback)
         publishes now, waits until the workers are pointed at it, and drops the held ones."""
         self.version += 1
+        # the previous send has had a whole step: waiting for it here (usually no wait) keeps
+        # memory at two snapshots, the publisher's last bits and this one
+        self.publish_wait_s += self.sender.join()
         bits = self.publisher.snapshot(self.policy.weights())
         lag = 0 if at_once else self.cfg.asynchrony.publish_lag
         if lag == 0:

@@ -84,13 +84,14 @@ def test_in_the_caller_when_not_in_background():
     thread.close()
 
 
-def test_a_snapshot_is_the_weights_at_its_time_not_after_the_next_update(tmp_path):
+@pytest.mark.parametrize("dtype", ["bf16", "fp32"])
+def test_a_snapshot_is_the_weights_at_its_time_not_after_the_next_update(tmp_path, dtype):
     store = WeightStore(tmp_path)
-    pub, pointers = WeightPublisher(store, "bf16", keyframe_every=3), []
+    pub, pointers = WeightPublisher(store, dtype, keyframe_every=3), []
     master = weights(0.0)()
     bits = pub.snapshot(master)
     for a in master.values():
         a += 1.0  # the next update runs while version 0 is published
     pub.publish_bits(bits, pointers.append, 0, step=0)
-    expected = WeightPublisher(WeightStore(tmp_path / "b"), "bf16").snapshot(weights(0.0)())
+    expected = WeightPublisher(WeightStore(tmp_path / "b"), dtype).snapshot(weights(0.0)())
     assert all(np.array_equal(pub.last.bits[n], expected[n]) for n in expected)

@@ -207,3 +207,27 @@ def test_step_metrics_describe_every_group_of_the_step(tmp_path):
         every = [p.reward for g in update for p in g.paths]
         assert m["reward/mean"] == pytest.approx(sum(every) / len(every))
         assert m["rollout/step_groups"] == len(update)
+
+
+def test_every_version_reaches_the_workers_from_the_publish_thread(tmp_path):
+    _, steps, channels = run_trainer(tmp_path, fake_rollout(mixed))
+    assert channels.read_weights().version == 3  # version 0 + one a step, the last one flushed
+    assert all(m["learner/publish_wait_s"] >= 0 for m in steps)
+
+
+def test_a_failing_weight_write_fails_the_run_and_nothing_is_sent_after_it(tmp_path, monkeypatch):
+    from services.learner.publish import WeightPublisher
+
+    real = WeightPublisher.publish_bits
+
+    def failing(self, bits, point, version, step):
+        if version == 2:
+            raise OSError("no space left on device")
+        return real(self, bits, point, version, step)
+
+    monkeypatch.setattr(WeightPublisher, "publish_bits", failing)
+    with pytest.raises(OSError, match="no space left"):
+        run_trainer(tmp_path, fake_rollout(mixed), train={"steps": 6})
+    store = WeightStore(tmp_path / "weights")
+    assert store.version_dir(1).exists()
+    assert not store.version_dir(2).exists() and not store.version_dir(3).exists()
