@@ -214,24 +214,44 @@ def sample_counts(model, tokenizer, held: list[Problem], samples: int, seed: int
 
 def pass_at_ks(counts: list[int], samples: int) -> dict[str, float]:
     """Unbiased pass@k (demo.passk.pass_at_k) averaged over problems, k = 1, 2, 4, ... samples."""
+    if not counts:
+        return {}
     ks = sorted({2**i for i in range(samples.bit_length()) if 2**i <= samples} | {samples})
     return {str(k): sum(pass_at_k(samples, c, k) for c in counts) / len(counts) for k in ks}
 
 
-def hard_passk(model, tokenizer, cfg: CountdownWarmstartConfig) -> dict:
-    """Sampled pass@k of the first ``passk_problems`` hard held-out problems."""
-    hard = [p for p in heldout(cfg.eval_problems) if p.label == "hard"][: cfg.passk_problems]
+def hard_passk(model, tokenizer, cfg: CountdownWarmstartConfig, label: str = "hard") -> dict:
+    """Sampled pass@k of the first ``passk_problems`` held-out problems of ``label`` (drawn
+    from held-out prefixes of growing length until there are enough)."""
+    size = max(1, cfg.eval_problems)
+    while True:
+        chosen = [p for p in heldout(size) if p.label == label][: cfg.passk_problems]
+        if len(chosen) == cfg.passk_problems or size >= 100_000:
+            break
+        size *= 2
     start = time.perf_counter()
     counts = sample_counts(
-        model, tokenizer, hard, cfg.passk_samples, cfg.sample_seed, cfg.sample_batch
+        model, tokenizer, chosen, cfg.passk_samples, cfg.sample_seed, cfg.sample_batch
     )
     return {
-        "n": len(hard),
+        "label": label,
+        "n": len(chosen),
         "samples": cfg.passk_samples,
         "pass_at_k": pass_at_ks(counts, cfg.passk_samples),
         "correct_per_problem": counts,
         "seconds": round(time.perf_counter() - start, 1),
     }
+
+
+def measure(model_dir: str | Path, cfg: CountdownWarmstartConfig, label: str) -> dict:
+    """Sampled pass@k of a trained model directory (no training; nothing written)."""
+    import torch
+
+    from demo.evaluate import load_model
+
+    torch.set_num_threads(cfg.threads)
+    model, tokenizer = load_model(model_dir)
+    return hard_passk(model, tokenizer, cfg, label)
 
 
 def warmstart(out: str | Path, cfg: CountdownWarmstartConfig | None = None) -> dict:
@@ -277,11 +297,15 @@ def warmstart(out: str | Path, cfg: CountdownWarmstartConfig | None = None) -> d
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description="The Countdown warm-start (one JSON line).")
     ap.add_argument("--out", required=True, help="model directory (cached by config hash)")
+    ap.add_argument(
+        "--measure", choices=LABELS, help="only sample pass@k of this label from --out's model"
+    )
     for f in fields(CountdownWarmstartConfig):
         ap.add_argument("--" + f.name.replace("_", "-"), type=type(f.default), default=f.default)
     args = vars(ap.parse_args(argv))
-    out = args.pop("out")
-    meta = warmstart(out, CountdownWarmstartConfig(**args))
+    out, label = args.pop("out"), args.pop("measure")
+    cfg = CountdownWarmstartConfig(**args)
+    meta = measure(out, cfg, label) if label else warmstart(out, cfg)
     print(json.dumps(meta), flush=True)
     return 0
 

@@ -117,6 +117,9 @@ def test_tiny_warmstart_end_to_end_then_cached(tmp_path, monkeypatch):
     }  # fmt: skip
     assert meta["params"] > 0 and meta["config_hash"] == TINY.hash()
 
+    again = ws.measure(tmp_path / "ws", TINY, "medium")  # sampling only, no training
+    assert again["label"] == "medium" and again["n"] == 2 and len(again["correct_per_problem"]) == 2
+
     def no_training(*a, **k):
         raise AssertionError("a cached warm-start must not train")
 
