@@ -10,7 +10,7 @@ from collections import Counter
 
 import pytest
 
-from demo.countdown import (
+from demo.countdown.task import (
     CHARS,
     LABELS,
     SPLITS,
@@ -26,7 +26,7 @@ from demo.countdown import (
     reuse_slip,
     split_of,
 )
-from demo.countdown_solver import (
+from demo.countdown.solver import (
     additive,
     count_solutions,
     random_tree,

@@ -5,7 +5,7 @@ and exact division (the ``countdown`` reward function's grammar, docs/rewards.md
 **Problems** (``TaskSpec``; the defaults in brackets). The count of numbers is drawn from
 ``counts`` [3 or 4, equally likely], each number uniformly from ``low..high`` [1..50, repeats
 allowed], and the target uniformly from the values in ``target_low..target_high`` [1..100] that
-the numbers reach (demo/countdown_solver.py, an exact solver); numbers that reach none of them
+the numbers reach (demo/countdown/solver.py, an exact solver); numbers that reach none of them
 are drawn again. Every problem is solvable.
 
 **Text.** The prompt is ``3,7,25,50:78=`` (the numbers in the order drawn, ``:``, the target,
@@ -34,7 +34,7 @@ replaced by another of the given ones (a number used twice, one left out), other
 miss (of ``near`` random well-formed expressions over the numbers, the one closest to the
 target without reaching it).
 
-``python -m demo.countdown --stats 2000`` prints the distribution over the labels.
+``python -m demo.countdown.task --stats 2000`` prints the distribution over the labels.
 """
 
 from __future__ import annotations
@@ -47,7 +47,7 @@ import sys
 from collections import Counter
 from dataclasses import dataclass
 
-from demo.countdown_solver import (
+from demo.countdown.solver import (
     Tree,
     additive,
     leaves,
@@ -85,7 +85,7 @@ class TaskSpec:
 class Problem:
     numbers: tuple[int, ...]
     target: int
-    solutions: int  # ordered expression trees that reach the target (countdown_solver)
+    solutions: int  # ordered expression trees that reach the target (demo/countdown/solver.py)
     additive: bool  # + and - alone reach the target
 
     @property

@@ -10,8 +10,8 @@ Counts are of *ordered* trees over the numbers' positions: for n numbers there a
 ``trees(n) = n! * Catalan(n - 1) * 4 ** (n - 1)`` of them (192 for 3 numbers, 7680 for 4), and
 ``a+b`` and ``b+a`` count twice. ``solutions / trees(n)`` is then the chance that an expression
 drawn uniformly (an order of the numbers, a shape, the operators) reaches the target, which is
-the problem's difficulty (demo/countdown.py). The table of value counts is built over subsets of
-positions, smallest first (dynamic programming), never by enumerating the trees.
+the problem's difficulty (demo/countdown/task.py). The table of value counts is built over
+subsets of positions, smallest first (dynamic programming), never by enumerating the trees.
 """
 
 from __future__ import annotations
