@@ -30,6 +30,10 @@ def init_distributed(timeout_s: float = 600.0) -> None:
 
     if not torch.cuda.is_available():
         os.environ.setdefault("DS_ACCELERATOR", "cpu")
+    import deepspeed
+    import torch.distributed as dist
+
+    backend = "nccl" if torch.cuda.is_available() else "gloo"
     if "RANK" not in os.environ:
         os.environ.update(
             RANK="0",
@@ -38,14 +42,17 @@ def init_distributed(timeout_s: float = 600.0) -> None:
             MASTER_ADDR="127.0.0.1",
             MASTER_PORT=str(free_port()),
         )
-    import deepspeed
-    import torch.distributed as dist
-
-    if not dist.is_initialized():
-        deepspeed.init_distributed(
-            dist_backend="nccl" if torch.cuda.is_available() else "gloo",
-            timeout=timedelta(seconds=timeout_s),
-        )
+        if not dist.is_initialized():
+            # One rank needs no rendezvous: an in-process store binds no port. A TCP store on
+            # MASTER_PORT could find it taken (a free port, released, can be any outgoing
+            # connection's local port before the store binds it: EADDRINUSE, seen in the suite);
+            # DeepSpeed then adopts this process group.
+            dist.init_process_group(
+                backend, store=dist.HashStore(), rank=0, world_size=1,
+                timeout=timedelta(seconds=timeout_s),
+            )  # fmt: skip
+    # joins the launcher's group, or adopts the one-rank group above (a no-op when it has)
+    deepspeed.init_distributed(dist_backend=backend, timeout=timedelta(seconds=timeout_s))
 
 
 def rank_and_world() -> tuple[int, int]:
