@@ -9,7 +9,6 @@ this process (envs/calculator.py: the same rules the environment service applies
 
 from __future__ import annotations
 
-import hashlib
 import json
 import random
 import time
@@ -17,6 +16,7 @@ from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
 from demo.tooluse import CHARS, Demonstrator, encode_transcript, heldout, problems
+from demo.warmstart import settings_hash, strict_config
 
 MARKER = "tooluse.json"
 MAX_TURN_TOKENS = 12  # a tool call or an answer fits
@@ -41,16 +41,11 @@ class ToolWarmstartConfig:
     threads: int = 1  # torch threads: a tiny model on a shared machine (more only contend)
 
     def hash(self) -> str:
-        settings = {k: v for k, v in asdict(self).items() if k != "threads"}  # speed only
-        blob = json.dumps({"v": 2, **settings}, sort_keys=True)
-        return hashlib.sha256(blob.encode()).hexdigest()[:16]
+        return settings_hash(self, 2, speed_only=("threads",))
 
     @classmethod
     def from_dict(cls, d: dict) -> "ToolWarmstartConfig":
-        unknown = set(d) - {f.name for f in fields(cls)}
-        if unknown:
-            raise ValueError(f"unknown tool-use warm-start settings: {sorted(unknown)}")
-        return cls(**d)
+        return strict_config(cls, d, "tool-use warm-start")
 
 
 def is_cached(out: Path, cfg: ToolWarmstartConfig) -> bool:

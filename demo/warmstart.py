@@ -79,16 +79,27 @@ class WarmstartConfig:
     eval_problems: int = 500  # held-out problems used for the recorded accuracy
 
     def hash(self) -> str:
-        blob = json.dumps({"v": FORMAT_VERSION, **asdict(self)}, sort_keys=True)
-        return hashlib.sha256(blob.encode()).hexdigest()[:16]
+        return settings_hash(self, FORMAT_VERSION)
 
     @classmethod
     def from_dict(cls, d: dict) -> "WarmstartConfig":
-        known = {f.name for f in fields(cls)}
-        unknown = set(d) - known
-        if unknown:
-            raise ValueError(f"unknown warm-start settings: {sorted(unknown)}")
-        return cls(**d)
+        return strict_config(cls, d, "warm-start")
+
+
+def settings_hash(cfg, version: int, speed_only: tuple[str, ...] = ()) -> str:
+    """A warm-start configuration's cache key (every demo warm-start's): its settings but the
+    ones that change only its speed, and the procedure's format ``version``."""
+    settings = {k: v for k, v in asdict(cfg).items() if k not in speed_only}
+    blob = json.dumps({"v": version, **settings}, sort_keys=True)
+    return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+def strict_config(cls, d: dict, what: str):
+    """``cls(**d)``, refusing a setting ``cls`` does not have (named, with ``what`` it is)."""
+    unknown = set(d) - {f.name for f in fields(cls)}
+    if unknown:
+        raise ValueError(f"unknown {what} settings: {sorted(unknown)}")
+    return cls(**d)
 
 
 def read_marker(out_dir: str | Path) -> dict | None:

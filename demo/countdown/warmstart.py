@@ -16,7 +16,6 @@ finds ``countdown.json`` (config hash + measurements) in ``out`` and returns it 
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import math
 import random
@@ -27,6 +26,7 @@ from pathlib import Path
 
 from demo.countdown.task import CHARS, LABELS, Demonstrator, Problem, heldout, problems
 from demo.passk import pass_at_k
+from demo.warmstart import settings_hash, strict_config
 
 MARKER = "countdown.json"
 FORMAT_VERSION = 1  # bump when the procedure changes in a way the config misses
@@ -68,16 +68,11 @@ class CountdownWarmstartConfig:
     sample_batch: int = 512  # sequences per generate call when sampling
 
     def hash(self) -> str:
-        settings = {k: v for k, v in asdict(self).items() if k not in SPEED_ONLY}
-        blob = json.dumps({"v": FORMAT_VERSION, **settings}, sort_keys=True)
-        return hashlib.sha256(blob.encode()).hexdigest()[:16]
+        return settings_hash(self, FORMAT_VERSION, SPEED_ONLY)
 
     @classmethod
     def from_dict(cls, d: dict) -> "CountdownWarmstartConfig":
-        unknown = set(d) - {f.name for f in fields(cls)}
-        if unknown:
-            raise ValueError(f"unknown Countdown warm-start settings: {sorted(unknown)}")
-        return cls(**d)
+        return strict_config(cls, d, "Countdown warm-start")
 
     def demonstrator(self) -> Demonstrator:
         rates = tuple((label, getattr(self, label)) for label in LABELS)
