@@ -220,7 +220,7 @@ class Trainer:
 
     def finish(self) -> None:
         while self.held:  # versions held back by async.publish_lag: every version reaches disk
-            self.publish_wait_s += self.sender.submit(*self.held.popleft())
+            self.sender.submit(*self.held.popleft())
         self.sender.close()
         stop = self.state.stop_requested
         if self.heldout.busy and not stop.is_set():  # the last round, sampled by the last version
@@ -249,13 +249,13 @@ class Trainer:
         lag = 0 if at_once else self.cfg.asynchrony.publish_lag
         if lag == 0:
             self.held.clear()
-            self.publish_wait_s += self.sender.submit(self.version, self.step, bits)
+            self.sender.submit(self.version, self.step, bits)  # nothing in flight: joined above
             if at_once:
                 self.sender.join()
             return
         self.held.append((self.version, self.step, bits))
         if len(self.held) > lag:
-            self.publish_wait_s += self.sender.submit(*self.held.popleft())
+            self.sender.submit(*self.held.popleft())
 
     def _send(self, version: int, step: int, bits: dict) -> None:
         """On the publish thread: write the version, point the workers at it, prune."""
