@@ -115,7 +115,13 @@ def run(tmp_path, monitors: dict, steps=12, hack_from=4.0, kl=lambda step: 0.01)
             "data": {"train_path": str(data)},
             "sampling": {"n": 4, "top_k": -1, "top_p": 1.0},
             "train": {"steps": steps, "groups_per_step": 1, "lr": 1.0, "kl_coef": 0.01},
-            "async": {"max_inflight_groups": 1, "group_timeout_s": 5},
+            # versions reach the fake rollout within the step, so the rollback horizon (paths of
+            # weights at most window + 1 steps old) is exact
+            "async": {
+                "max_inflight_groups": 1,
+                "group_timeout_s": 5,
+                "publish_in_background": False,
+            },
             "checkpoint_every": 1,
             "weights": {"serving_dtype": "fp32", "keyframe_every": 1},
             "monitors": monitors,
