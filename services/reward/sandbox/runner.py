@@ -39,6 +39,7 @@ import harness  # noqa: E402  (harness.py beside this file, not a package import
 from namespaces import PR_SET_NO_NEW_PRIVS, PR_SET_PDEATHSIG, enter_namespaces  # noqa: E402
 
 MAX_REPORT_BYTES = 256 * 1024
+SWEEP_WAIT_S = 2.0  # how long a sweep waits for SIGKILLed processes to leave the process table
 STDLIB = os.path.dirname(os.__file__)
 # Imported once here so jobs need not import them again (forked children share these pages).
 PRELOAD = (
@@ -265,7 +266,10 @@ class Runner:
             self._sweep_uid(each)
 
     def _sweep_uid(self, uid: int) -> None:
-        for _ in range(20):
+        # A SIGKILLed process stays listed until the kernel has run its exit, which on a loaded
+        # machine can take longer than twenty back-to-back checks: wait, bounded, with a pause.
+        deadline, pause = time.monotonic() + SWEEP_WAIT_S, 0.002
+        while True:
             if not self.namespaces or self._has_processes(uid):
                 helper = os.fork()
                 if helper == 0:  # kill(-1) as that uid reaches exactly its processes, atomically
@@ -277,6 +281,10 @@ class Runner:
                 os.waitpid(helper, 0)
             if not self.namespaces or not self._has_processes(uid):
                 return
+            if time.monotonic() > deadline:  # unkillable (D state): the next job's sweep retries
+                return
+            time.sleep(pause)
+            pause = min(pause * 2, 0.05)
 
     def _has_processes(self, uid: int) -> bool:
         for name in os.listdir("/proc"):
