@@ -55,6 +55,13 @@ def add_arguments(p) -> None:
     )
 
 
+def _strata(by_stratum: dict) -> str:
+    """The "; by stratum: easy 19.4%, ..." suffix (empty for a task without strata)."""
+    if not by_stratum:
+        return ""
+    return "; by stratum: " + ", ".join(f"{k} {v or 0:.1%}" for k, v in by_stratum.items())
+
+
 def run_demo(args) -> int:
     cfg = recipe.load_recipe(DemoConfig, args.config, args.overrides)
     work = Path(args.workdir).resolve()
@@ -64,7 +71,8 @@ def run_demo(args) -> int:
     print("== 1/4 warm-start (supervised fine-tuning; cached after the first run)")
     inputs = recipe.prepare_inputs(cfg, work)
     before = inputs.accuracy
-    print(f"   warm-start held-out greedy accuracy: {before:.1%} ({cfg.eval_problems} problems)")
+    print(f"   warm-start held-out greedy accuracy: {before:.1%} ({cfg.eval_problems} problems)"
+          + _strata(inputs.by_stratum))  # fmt: skip
 
     workers = f"{cfg.workers} rollout worker{'s' if cfg.workers != 1 else ''}"
     env = f", environment {spec_env}" if (spec_env := tasks.environment(cfg).get("env")) else ""
@@ -96,7 +104,8 @@ def run_demo(args) -> int:
         return 1
     run_dir = Path(result["run_dir"])
     print("== 4/4 evaluating the final policy")
-    after = recipe.accuracy(run_dir / "final", cfg.eval_problems, cfg)
+    final = recipe.evaluate(run_dir / "final", cfg.eval_problems, cfg)
+    after = final["accuracy"]
     summary = {
         "run_id": run_id,
         "run_dir": str(run_dir),
@@ -104,6 +113,8 @@ def run_demo(args) -> int:
         "accuracy_warmstart": before,
         "accuracy_final": after,
         "gain_points": 100 * (after - before),
+        "accuracy_by_stratum_warmstart": inputs.by_stratum,
+        "accuracy_by_stratum_final": final["by_stratum"],
         "wall_seconds": time.time() - started,
     }
     (run_dir / "summary.json").write_text(json.dumps(summary, indent=1))
@@ -111,6 +122,11 @@ def run_demo(args) -> int:
         f"   held-out greedy accuracy: {before:.1%} → {after:.1%} "
         f"({summary['gain_points']:+.1f} points)"
     )
+    if final["by_stratum"]:
+        print("   by stratum: " + ", ".join(
+            f"{k} {inputs.by_stratum.get(k) or 0:.1%} → {v or 0:.1%}"
+            for k, v in final["by_stratum"].items()
+        ))  # fmt: skip
     print(f"   run directory: {run_dir} (config.yaml, metrics.jsonl, final/, summary.json)")
     print(f"   total {summary['wall_seconds'] / 60:.1f} min")
     # last, so the report has summary.json's before/after accuracy

@@ -18,7 +18,7 @@ import json
 import statistics
 import subprocess
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal, Sequence, TypeVar
 
@@ -125,6 +125,7 @@ class DemoInputs:
     data: Path  # the RL prompt set: JSONL of {"prompt", "reference"}
     accuracy: float  # the warm-start's held-out greedy accuracy
     heldout: Path | None = None  # held-out prompts for the run's eval_every rounds
+    by_stratum: dict[str, float] = field(default_factory=dict)  # the accuracy per label
 
 
 def add_arguments(
@@ -199,6 +200,12 @@ def accuracy(model: Path, n: int, cfg: RecipeConfig | None = None) -> float:
     return tasks.accuracy(cfg or RecipeConfig(), model, n, python_module)
 
 
+def evaluate(model: Path, n: int, cfg: RecipeConfig) -> dict:
+    """``accuracy`` with the task's per-stratum accuracy beside it ({} for a task without
+    strata): {"accuracy", "by_stratum"}."""
+    return tasks.evaluate(cfg, model, n, python_module)
+
+
 def eval_dirs(tokenizer: Path, dirs: list[Path], n: int) -> dict[str, float]:
     """Held-out greedy accuracy of model directories (e.g. published weight versions, which
     hold no tokenizer) in one ``python -m demo.eval_many`` process: {str(dir): accuracy}."""
@@ -226,8 +233,8 @@ def eval_versions(weights: Path, tokenizer: Path, versions: list[int], n: int) -
 def prepare_inputs(cfg: RecipeConfig, work: Path) -> DemoInputs:
     """Warm-start model (cached under ``work``), RL prompt set and the warm-start's accuracy,
     for the recipe's task."""
-    model, data, heldout, acc = tasks.prepare(cfg, work, python_module)
-    return DemoInputs(model, data, acc, heldout)
+    model, data, heldout, got = tasks.prepare(cfg, work, python_module)
+    return DemoInputs(model, data, got["accuracy"], heldout, got["by_stratum"])
 
 
 def cluster_spec(

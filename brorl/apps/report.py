@@ -28,6 +28,7 @@ SUMMARY = "summary.json"  # the demo's before/after evaluation
 END_EVENTS = {"done", "stopped", "failed"}  # RunState.finish
 NOT_A_STEP = {"skipped_step"}  # rows whose update statistics belong to no completed step
 EVAL_PREFIX = "eval/"  # held-out evaluation metrics, when the run evaluates (docs/data.md)
+EVAL_STRATUM = "eval/accuracy/"  # per stratum of the held-out prompts (data.fields.stratum)
 EVAL_SHARES = ("eval/accuracy", "eval/reward_mean")  # the ones on a 0-1 scale, drawn
 _BOOKKEEPING = {"step", "time", "event", "message", "groups"}  # metrics.jsonl keys, not metrics
 
@@ -157,7 +158,8 @@ def load_run(run_dir: Path) -> Run:
 def _accuracy_chart(run: Run) -> str:
     """Held-out accuracy: the run's eval/* metrics, and the demo's before/after evaluation
     (summary.json) as points at the first and last step."""
-    series = {n: run.series(n) for n in sorted(run.names()) if n in EVAL_SHARES}
+    shares = [n for n in sorted(run.names()) if n in EVAL_SHARES or n.startswith(EVAL_STRATUM)]
+    series = {n: run.series(n) for n in shares}
     before, after = run.summary.get("accuracy_warmstart"), run.summary.get("accuracy_final")
     if _number(before) and _number(after):
         last = float(max(run.steps, default=0))

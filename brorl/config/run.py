@@ -46,6 +46,11 @@ class FieldMap(StrictModel):
         description="Further columns handed to the reward function beside the reference "
         "(ScoreRequest.extra; non-strings JSON-encoded).",
     )
+    stratum: str = Field(
+        "",
+        description="Column naming each held-out prompt's stratum (e.g. a difficulty label): "
+        "evaluation rounds also log eval/accuracy/<stratum> ('': none).",
+    )
 
 
 class DataConfig(StrictModel):

@@ -5,7 +5,8 @@ held-out prompt through the same rollout workers and reward function as training
 A round's metrics are emitted once all its groups arrived, or after ``timeout_s`` with the ones
 that did (``eval/missing`` counts the rest): ``eval/accuracy`` is the share of held-out prompts
 whose greedy completion got the full reward (>= 1), ``eval/reward_mean`` the mean reward,
-``eval/weight_version`` the newest weights that sampled the round; a group whose path could not
+``eval/weight_version`` the newest weights that sampled the round, and with ``data.fields.stratum``
+``eval/accuracy/<stratum>`` per stratum of the held-out prompts; a group whose path could not
 be sampled or scored counts in ``eval/failed``, not as a zero. Records carry the step the round
 was started at.
 """
@@ -32,17 +33,24 @@ class Round:
     step: int
     started: float  # time.monotonic()
     pending: set[str]  # group ids not yet scored
+    strata: dict[str, str]  # group id → its prompt's stratum ('': none)
     rewards: list[float] = field(default_factory=list)
     versions: list[int] = field(default_factory=list)
+    scored_strata: list[str] = field(default_factory=list)  # beside rewards
     failed: int = 0  # groups whose path could not be sampled or scored
 
 
 def round_metrics(
-    rewards: list[float], versions: list[int], missing: int, failed: int = 0
+    rewards: list[float],
+    versions: list[int],
+    missing: int,
+    failed: int = 0,
+    strata: list[str] | None = None,
 ) -> dict[str, float]:
-    """The metrics of one evaluation round from its greedy paths' rewards."""
+    """The metrics of one evaluation round from its greedy paths' rewards; ``strata`` (beside
+    ``rewards``) adds eval/accuracy/<stratum> and eval/prompts/<stratum> for every named one."""
     n = len(rewards)
-    return {
+    out = {
         "eval/failed": float(failed),
         "eval/accuracy": sum(r >= 1.0 for r in rewards) / n if n else 0.0,
         "eval/reward_mean": sum(rewards) / n if n else 0.0,
@@ -50,6 +58,11 @@ def round_metrics(
         "eval/missing": float(missing),
         "eval/weight_version": float(max(versions, default=0)),
     }
+    for name in sorted(set(strata or ()) - {""}):
+        mine = [r for r, s in zip(rewards, strata) if s == name]
+        out[f"eval/accuracy/{name}"] = sum(r >= 1.0 for r in mine) / len(mine)
+        out[f"eval/prompts/{name}"] = float(len(mine))
+    return out
 
 
 class HeldoutEval:
@@ -89,7 +102,7 @@ class HeldoutEval:
         if step in self.rounds:
             return
         params = sampling.eval_sampling(self.cfg.sampling)
-        pending = set()
+        pending, strata = set(), {}
         for i, prompt in enumerate(self.prompts):
             group_id = ids.eval_group_id(step, i)
             job = common_pb2.PromptJob(
@@ -109,8 +122,9 @@ class HeldoutEval:
             )
             self.queue.put(job.SerializeToString())
             pending.add(group_id)
+            strata[group_id] = prompt.stratum
             self.owner[group_id] = step
-        self.rounds[step] = Round(step, time.monotonic(), pending)
+        self.rounds[step] = Round(step, time.monotonic(), pending, strata)
 
     def take(self, group: common_pb2.PathGroup) -> None:
         """A scored evaluation group from the intake (duplicates and strays are ignored)."""
@@ -124,6 +138,7 @@ class HeldoutEval:
         if ok:
             r.rewards.append(ok[0].reward)
             r.versions.append(group.weight_version)
+            r.scored_strata.append(r.strata.get(group.group_id, ""))
         else:  # a failed evaluation is not a zero reward
             r.failed += 1
         if not r.pending:
@@ -140,7 +155,7 @@ class HeldoutEval:
         del self.rounds[r.step]
         for group_id in r.pending:
             self.owner.pop(group_id, None)
-        metrics = round_metrics(r.rewards, r.versions, len(r.pending), r.failed)
+        metrics = round_metrics(r.rewards, r.versions, len(r.pending), r.failed, r.scored_strata)
         log.info(
             "held-out evaluation at step %d: accuracy %.3f over %d prompts",
             r.step,

@@ -16,6 +16,7 @@ import dataclasses
 import json
 import logging
 import random
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -40,6 +41,7 @@ class Prompt:
     # these and the jobs carry them, so the worker samples from (and the learner trains on)
     # exactly these ids. Empty without a tokenizer (the worker then tokenizes the text).
     token_ids: tuple[int, ...] = ()
+    stratum: str = ""  # the held-out prompt's stratum (data.fields.stratum; '': none)
 
 
 @dataclass
@@ -73,6 +75,17 @@ def _check_messages(messages: list, where: str) -> list[dict]:
     return [{"role": m["role"], "content": m["content"]} for m in messages]
 
 
+def _stratum(value, where: str) -> str:
+    """A stratum name as it appears in metric names (eval/accuracy/<stratum>)."""
+    name = _text(value).strip()
+    if not re.fullmatch(r"[A-Za-z0-9_.-]{0,64}", name):
+        raise InvalidArgument(
+            "data.fields.stratum",
+            f"{where}: stratum {name[:80]!r} must be at most 64 letters, digits, '_', '.' or '-'",
+        )
+    return name
+
+
 def rows_to_prompts(rows: list[dict], data: DataConfig, tokenizer, source: str) -> list[Prompt]:
     """Map rows to prompts; InvalidArgument names the first bad row (1-based)."""
     f = data.fields
@@ -95,7 +108,8 @@ def rows_to_prompts(rows: list[dict], data: DataConfig, tokenizer, source: str) 
         if missing:
             raise InvalidArgument("data.fields.extra", f"{where} has no column(s) {missing}")
         extra = {c: _text(row[c]) for c in f.extra}
-        out.append(Prompt(text, _text(row.get(f.reference)), extra))
+        stratum = _stratum(row.get(f.stratum), where) if f.stratum else ""
+        out.append(Prompt(text, _text(row.get(f.reference)), extra, stratum=stratum))
     return out
 
 

@@ -112,6 +112,8 @@ def step_row(step: int, rng: random.Random, resumed: bool = False) -> dict:
     }
     if step % 10 == 0:
         row["eval/accuracy"] = 0.18 + 0.45 * progress
+        row["eval/accuracy/hard"] = 0.05 * progress  # data.fields.stratum's per-stratum share
+        row["eval/prompts/hard"] = 40.0
     if resumed:
         row["resumed_marker"] = 1.0
     return row
@@ -169,6 +171,8 @@ def test_load_run_keeps_the_last_row_of_a_step_and_counts_bad_lines(run_dir):
     assert max(v for _, v in run.series("learner/kl")) < 1  # the skipped update's 1e6 is out
     assert [e["event"] for e in run.events] == ["start", "skipped_step", "done"]
     assert [x for x, _ in run.series("eval/accuracy")] == [10.0, 20.0, 30.0, 40.0]
+    chart = report._accuracy_chart(run)  # every stratum's accuracy beside the overall one
+    assert "eval/accuracy/hard" in chart and "eval/prompts/hard" not in chart
     assert sorted(run.samples) == list(range(EVERY, STEPS + 1, EVERY))
     assert "samples_every: 5" in run.config
 

@@ -26,14 +26,29 @@ def test_round_metrics():
     assert round_metrics([], [], missing=3)["eval/accuracy"] == 0.0
 
 
-def run(tmp_path, rollout, steps=4, eval_every=2):
+def test_round_metrics_per_stratum():
+    rewards = [1.0, 0.0, 1.0, 1.0, 0.5, 0.0, 1.0]
+    strata = ["easy", "hard", "easy", "", "hard", "easy", "mid"]
+    m = round_metrics(rewards, [1] * 7, missing=0, strata=strata)
+    assert m["eval/accuracy"] == pytest.approx(4 / 7)  # every prompt, unlabelled ones too
+    assert m["eval/accuracy/easy"] == pytest.approx(2 / 3)
+    assert m["eval/accuracy/hard"] == 0.0  # 0.5 is not the full reward
+    assert m["eval/accuracy/mid"] == 1.0
+    assert (m["eval/prompts/easy"], m["eval/prompts/hard"], m["eval/prompts/mid"]) == (3, 2, 1)
+    assert not [k for k in m if k.endswith("/")]  # no stratum named ''
+    assert not [k for k in round_metrics(rewards, [1] * 7, 0) if k.count("/") > 1]
+
+
+def run(tmp_path, rollout, steps=4, eval_every=2, labels=None):
     train, held = tmp_path / "train.jsonl", tmp_path / "held.jsonl"
     train.write_text("".join(json.dumps({"prompt": f"{i}+1="}) + "\n" for i in range(20)))
-    held.write_text("".join(json.dumps({"prompt": f"{i}+5="}) + "\n" for i in range(4)))
+    rows = [{"prompt": f"{i}+5="} | ({"level": labels[i]} if labels else {}) for i in range(4)]
+    held.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    fields = {"stratum": "level"} if labels else {}
     cfg = RunConfig.model_validate(
         {
             "model": str(tmp_path),
-            "data": {"train_path": str(train), "eval_path": str(held)},
+            "data": {"train_path": str(train), "eval_path": str(held), "fields": fields},
             "sampling": {"n": 4, "top_k": -1, "top_p": 1.0, "temperature": 0.9},
             "train": {"steps": steps, "groups_per_step": 2},
             "async": {"max_inflight_groups": 4, "group_timeout_s": 3},
@@ -82,6 +97,33 @@ def test_rounds_at_start_every_k_steps_and_end_are_never_trained_on(tmp_path):
     assert not [g for g in trained if g.eval or g.prompt_id.startswith("e")]
     start = next(r for r in records if r["event"] == "start")
     assert (start["data/train_prompts"], start["data/heldout_prompts"]) == (20, 4)
+
+
+def test_rounds_report_accuracy_per_stratum_of_the_heldout_prompts(tmp_path):
+    def rewards(job):  # e0, e2 right
+        return [1.0 if int(job.prompt_id[1:]) % 2 == 0 else 0.0] if job.eval else mixed(job)
+
+    _, records = run(tmp_path, fake_rollout(rewards), 2, 0, ["hard", "easy", "easy", "hard"])
+    for r in [r for r in records if r["event"] == "eval"]:
+        assert (r["eval/accuracy/easy"], r["eval/accuracy/hard"]) == (0.5, 0.5)
+        assert (r["eval/prompts/easy"], r["eval/prompts/hard"], r["eval/accuracy"]) == (2, 2, 0.5)
+    (tmp_path / "b").mkdir()
+    _, records = run(tmp_path / "b", fake_rollout(rewards), 2, 0, ["a", "a", "a", "b"])
+    r = next(r for r in records if r["event"] == "eval")
+    assert (r["eval/accuracy/a"], r["eval/accuracy/b"]) == (2 / 3, 0.0)
+
+
+def test_a_stratum_that_cannot_name_a_metric_is_refused(tmp_path):
+    from brorl.errors import InvalidArgument
+    from services.learner.feed.prompts import rows_to_prompts
+
+    data = RunConfig.model_validate(
+        {"model": "m", "data": {"train_path": "t", "fields": {"stratum": "level"}}}
+    ).data
+    [p] = rows_to_prompts([{"prompt": "1+1=", "level": 3}], data, None, "held")
+    assert p.stratum == "3"
+    with pytest.raises(InvalidArgument, match="held row 2: stratum 'a/b'"):
+        rows_to_prompts([{"prompt": "x"}, {"prompt": "y", "level": "a/b"}], data, None, "held")
 
 
 def test_a_round_whose_jobs_never_come_back_closes_with_them_missing(tmp_path):

@@ -1,0 +1,87 @@
+"""The Countdown RL run's inputs (demo/countdown/rl.py) and its recipe (configs/countdown.yaml):
+the prompt sets carry the difficulty label the run's eval rounds split by, never share a set of
+numbers between train and held-out, and the recipe builds a run config that judges with the
+``countdown`` reward and reports per label."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from brorl.apps.cluster.launcher import REPO_ROOT
+from demo.countdown import rl
+from demo.countdown.task import LABELS, heldout, split_of
+from services.reward.functions.countdown import Verdict, check
+
+
+def read(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def test_data_writes_labelled_prompt_sets_of_their_own_splits(tmp_path):
+    train, held = tmp_path / "train.jsonl", tmp_path / "held.jsonl"
+    rl.main(["data", "--out", str(train), "--n", "300", "--heldout-out", str(held),
+             "--heldout-n", "57"])  # fmt: skip
+    train_rows, held_rows = read(train), read(held)
+    assert (len(train_rows), len(held_rows)) == (300, 57)
+    for row in train_rows + held_rows:
+        assert set(row) == {"prompt", "reference", "label"} and row["label"] in LABELS
+        assert row["prompt"] == row["reference"] + "="
+    numbers = [tuple(map(int, r["reference"].split(":")[0].split(","))) for r in train_rows]
+    assert {split_of(n) for n in numbers} == {"train"}
+    # the held-out rows are the first held-out problems: the before/after evaluation's too
+    assert [r["reference"] for r in held_rows] == [p.reference for p in heldout(57)]
+    assert {r["label"] for r in train_rows} == set(LABELS)  # every stratum is trained on
+
+
+def test_the_references_are_what_the_reward_reads(tmp_path):
+    train, held = tmp_path / "train.jsonl", tmp_path / "held.jsonl"
+    rl.main(["data", "--out", str(train), "--n", "20", "--heldout-out", str(held),
+             "--heldout-n", "5"])  # fmt: skip
+    for row in read(train):
+        numbers, target = row["reference"].split(":")
+        first = numbers.split(",")[0]
+        verdict = check(first, tuple(map(int, numbers.split(","))), int(target))[0]
+        assert verdict in (Verdict.UNUSED_NUMBER, Verdict.CORRECT)  # read, not refused
+
+
+def test_eval_refuses_a_directory_without_a_model(tmp_path):
+    proc = subprocess.run(
+        [sys.executable, "-m", "demo.countdown.rl", "eval", "--model", str(tmp_path)],
+        cwd=REPO_ROOT, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert proc.returncode == 2 and "no model directory" in proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+def test_eval_reports_the_accuracy_per_label(tmp_path):
+    from demo.countdown.warmstart import CountdownWarmstartConfig, warmstart
+
+    tiny = CountdownWarmstartConfig(
+        train_problems=100, hidden_size=32, layers=1, heads=2, kv_heads=1, intermediate_size=64,
+        steps=2, batch_size=8, warmup_steps=1, eval_problems=30, passk_problems=0,
+    )  # fmt: skip
+    meta = warmstart(tmp_path / "m", tiny)
+    got = rl.greedy_eval(tmp_path / "m", 30)
+    assert got["accuracy"] == meta["greedy_pass_at_1"]["overall"]
+    assert got["by_label"] == meta["greedy_pass_at_1"]["by_label"]
+    assert sum(got["n_by_label"].values()) == got["n"] == 30
+
+
+def test_the_countdown_recipe_judges_with_its_reward_and_reports_per_label():
+    from brorl.apps.demo_cmd import DemoConfig
+    from brorl.apps.recipe import CONFIGS, DemoInputs, build_run_config, load_recipe
+
+    cfg = load_recipe(DemoConfig, CONFIGS / "countdown.yaml")
+    assert cfg.task == "countdown"
+    inputs = DemoInputs(Path("/m"), Path("/d.jsonl"), 0.1, heldout=Path("/h.jsonl"))
+    run = build_run_config(cfg, inputs)
+    assert run.reward_fn == "countdown" and run.data.fields.stratum == "label"
+    assert run.data.eval_path == "/h.jsonl" and run.eval_every > 0
+    assert run.data.eval_max_prompts <= cfg.eval_problems
+    with pytest.raises(Exception, match="task"):
+        load_recipe(DemoConfig, CONFIGS / "countdown.yaml", ["task=subtraction"])
