@@ -123,7 +123,10 @@ def test_single_turn_paths_train_exactly_as_before():
 
 
 # The loss and |gradient| sum of a fixed single-turn batch, as the learner computed them before
-# episodes existed (commit 37d66e1, the parent of the multi-turn change; float.hex, bit-exact).
+# episodes existed (commit 37d66e1, the parent of the multi-turn change; float.hex). Compared to
+# 1e-6 relative, not bit for bit: torch's vectorised exp/log round the last bits differently on
+# another CPU (seen: gspo_clip_higher's gradient sum 1 ulp of float32 apart on a newer VM), while a
+# change in what the loss reads fails all three (tried: one padding token put into the loss mask).
 BEFORE_EPISODES = {
     "default": ("0x1.01ea880000000p-5", "0x1.23de4ee000000p-2"),
     "kl": ("0x1.0318580000000p-5", "0x1.2759a406f0000p-2"),
@@ -154,5 +157,6 @@ def test_a_fixed_single_turn_batch_gives_the_losses_it_gave_before_episodes(name
     x = logp.clone().requires_grad_(True)
     loss, _ = surrogate_loss(x, entropy, chunk, train, ref)
     (grad,) = torch.autograd.grad(loss, x)
-    got = (float(loss.detach()).hex(), float(grad.double().abs().sum()).hex())
-    assert got == BEFORE_EPISODES[name]
+    got = (float(loss.detach()), float(grad.double().abs().sum()))
+    want = tuple(float.fromhex(h) for h in BEFORE_EPISODES[name])
+    assert got == pytest.approx(want, rel=1e-6, abs=0)
