@@ -14,12 +14,14 @@ into its metrics as ``monitor/<name>``; an alarm is a WatchRun event ("alarm") a
 
 Whether each checkpoint passed lies in ``checkpoints/monitors.json`` beside it (tag → step,
 passed), with the rollbacks so far. A checkpoint passes when no monitor alarmed at its step and
-no later alarm read paths of its weights: an alarm at step s reads the ``window`` steps up to s,
-whose paths come from the weights of steps s − window − 1 and later, so those checkpoints are
-marked failed too (the initial policy's, step 0, never is). The ledger lives on disk, so a
-resumed run rolls back to the same places and keeps its scaled learning rate and KL
-coefficient. With ``action: rollback`` a step-0 checkpoint of the initial policy is written at
-the start, so there is always a place to go back to.
+no later alarm read paths of later weights: an alarm at step s reads the ``window`` steps up to
+s; the oldest weight version their paths came from (``learner/oldest_version``, the minimum over
+the window) holds the weights of some step h, and every checkpoint from h on is marked failed too
+(the initial policy's, step 0, never is). With paths of the newest weights h = s − window; a
+staleness bound, a publish lag or the background publisher make them older and h earlier.
+The ledger lives on disk, so a resumed run rolls back to the same places and keeps its scaled
+learning rate and KL coefficient. With ``action: rollback`` a step-0 checkpoint of the initial
+policy is written at the start, so there is always a place to go back to.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from __future__ import annotations
 import json
 import logging
 import math
+from collections import deque
 from pathlib import Path
 
 from services.learner.guard.monitors import Monitors
@@ -44,6 +47,8 @@ class RunGuard:
         self.ledger_path = Path(trainer.ckpt_dir) / LEDGER
         self.ledger = {"checkpoints": {}, "rollbacks": 0}
         self.alarms = 0
+        self.version_step: dict[int, int] = {}  # weight version → the step whose weights it holds
+        self.oldest: deque[int] = deque(maxlen=self.cfg.window)  # per step of the window
 
     # -- start ---------------------------------------------------------------------------------
     def start(self) -> None:
@@ -56,10 +61,12 @@ class RunGuard:
         if self.cfg.action == "rollback" and not self._passed_tags():
             self.trainer.checkpoint()
             self._record_checkpoint(passed=True)
+        self.version_step[self.trainer.version] = self.trainer.step
 
     # -- every step ------------------------------------------------------------------------------
     def check(self, metrics: dict[str, float]) -> None:
         """Run the monitors on a step's metrics (adding ``monitor/*`` to them) and act."""
+        self._record_versions(metrics)
         readings = self.monitors.observe(metrics)
         fired = {name: r for name, r in readings.items() if r.fired}
         metrics.update(
@@ -72,7 +79,7 @@ class RunGuard:
         self._record_checkpoint(passed=not fired)
         if not fired:
             return
-        self._suspect(self.trainer.step - self.cfg.window - 1)
+        self._suspect(self._horizon())
         message = "; ".join(f"{name}: {r.detail}" for name, r in fired.items())
         for name, r in fired.items():
             self.trainer.state.emit(
@@ -101,6 +108,8 @@ class RunGuard:
         t.publish(at_once=True)
         t.intake.min_version = t.version  # paths of the abandoned weights are not trained on
         self.monitors.reset()
+        self.oldest.clear()
+        self.version_step[t.version] = self.ledger["checkpoints"][target]["step"]
         self._save()
         t.state.weight_version = t.version
         step = self.ledger["checkpoints"][target]["step"]
@@ -138,6 +147,25 @@ class RunGuard:
             return  # not this step's, or already entered
         self.ledger["checkpoints"][tag] = {"step": step, "passed": passed}
         self._save()
+
+    def _record_versions(self, metrics: dict[str, float]) -> None:
+        """Which step's weights each published version holds (the step it was first seen at),
+        and the oldest version this step trained on."""
+        version = metrics.get("learner/weight_version")
+        if version is not None:
+            self.version_step.setdefault(int(version), self.trainer.step)
+        oldest = metrics.get("learner/oldest_version")
+        if oldest is not None:
+            self.oldest.append(int(oldest))
+
+    def _horizon(self) -> int:
+        """The last step whose weights no path of the alarm's window came from: checkpoints
+        after it are suspect. Without versions (none recorded): s − window − 1."""
+        if not self.oldest:
+            return self.trainer.step - self.cfg.window - 1
+        oldest = min(self.oldest)  # its weights are those of step h: h and later are suspect
+        known = [step for version, step in self.version_step.items() if version <= oldest]
+        return max(known, default=0) - 1
 
     def _suspect(self, horizon: int) -> None:
         """The alarm read paths of the weights after step ``horizon``: their checkpoints no

@@ -104,6 +104,8 @@ def intake_metrics(intake: Intake) -> dict[str, float]:
         "learner/duplicate_groups": float(intake.duplicate_groups),
         "learner/duplicate_parts": float(intake.duplicate_parts),
     }
+    if used:  # the oldest weights the step trained on: the guard's rollback horizon
+        out["learner/oldest_version"] = float(min(c.group.weight_version for c in used))
     out.update(verifier_metrics(groups))
     # the workers' per-group statistics (PDI, filter thresholds, ...), weighted by generated
     stats: Counter = Counter()

@@ -104,7 +104,7 @@ def gamed_rollout(hack_from: float):
     return answer
 
 
-def run(tmp_path, monitors: dict, steps=12, hack_from=4.0, kl=lambda step: 0.01):
+def run(tmp_path, monitors: dict, steps=12, hack_from=4.0, kl=lambda step: 0.01, lag=0):
     data = tmp_path / "train.jsonl"
     data.write_text(
         "".join(json.dumps({"prompt": f"{i}+1=", "reference": str(i + 1)}) + "\n" for i in range(9))
@@ -121,6 +121,8 @@ def run(tmp_path, monitors: dict, steps=12, hack_from=4.0, kl=lambda step: 0.01)
                 "max_inflight_groups": 1,
                 "group_timeout_s": 5,
                 "publish_in_background": False,
+                "publish_lag": lag,
+                "max_staleness": 2 + lag,
             },
             "checkpoint_every": 1,
             "weights": {"serving_dtype": "fp32", "keyframe_every": 1},
@@ -207,6 +209,25 @@ def test_rollback_restores_a_passed_checkpoint_and_republishes_it(tmp_path):
     # groups sampled by the abandoned weights were dropped, not trained on
     last = [r for r in records if "learner/loss" in r][-1]
     assert last["monitor/rollbacks"] == len(events(records, "rollback")) >= 1
+
+
+def test_the_rollback_goes_back_past_the_oldest_weights_the_alarm_read(tmp_path):
+    """With a publish lag of 2 the window's paths are 2-3 versions old: the weights of the
+    oldest ones (and every checkpoint after them) are suspect, so the target is older than the
+    step s - window - 1 that paths of the newest weights would give (which read hacked paths)."""
+    trainer, _, _, records = run(tmp_path, {**HACKING, "action": "rollback"}, lag=2)
+    alarm, rollback = events(records, "alarm")[0], events(records, "rollback")[0]
+    steps = {r["step"]: r for r in records if "learner/loss" in r and r["step"] <= alarm["step"]}
+    window = [steps[s] for s in range(alarm["step"] - HACKING["window"] + 1, alarm["step"] + 1)]
+    oldest = min(r["learner/oldest_version"] for r in window)
+    assert oldest <= window[-1]["learner/weight_version"] - 3  # the lag shows in the metric
+    holds = min(s for s, r in steps.items() if r["learner/weight_version"] >= oldest)
+    ledger = json.loads((trainer.ckpt_dir / "monitors.json").read_text())
+    tag = rollback["message"].split("rolled back to checkpoint ")[1].split()[0]
+    target_step = ledger["checkpoints"][tag]["step"]
+    assert target_step == holds - 1 < alarm["step"] - HACKING["window"] - 1
+    read = [e for e in ledger["checkpoints"].values() if holds <= e["step"] <= alarm["step"]]
+    assert read and not any(e["passed"] for e in read)
 
 
 def test_rollbacks_are_bounded_then_the_run_stops(tmp_path):
