@@ -20,7 +20,7 @@ import pytest
 
 from tests.e2e.compose import images, k8s_pods, scenario
 from tests.e2e.compose.cluster import Compose, ServiceFailed
-from tests.e2e.compose.engine import Engine
+from tests.e2e.compose.engine import Engine, sh
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.docker]
 
@@ -88,6 +88,7 @@ def test_broken_image_fails_naming_the_service_and_its_last_log_lines(built, inp
             compose.up(["learner"], timeout=120)
     finally:
         compose.down()
+        sh("docker", "rmi", broken, check=False)
     message = str(failed.value)
     phase("broken image detected", time.monotonic() - t0)
     assert "service learner" in message, message

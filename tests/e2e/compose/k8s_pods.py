@@ -108,7 +108,7 @@ class Pods:
     def _secret_folder(self, gid: int | None) -> Path:
         folder = self.root / "secret"
         if not folder.exists():
-            folder.mkdir()
+            folder.mkdir(parents=True)
             token = folder / "token"
             token.write_text(uuid.uuid4().hex + "\n")
             os.chown(token, 0, gid or 0)
