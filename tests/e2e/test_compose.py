@@ -6,7 +6,7 @@ and published once, no group trained twice), `down -v`, the engine stopped by it
 of it left. A broken image fails with the service's name and last log lines.
 
 Needs root (it installs docker.io and mmdebstrap with apt and starts dockerd when none answers).
-Phase times are printed as `[compose] ...` lines at the end of the module.
+Phase times are printed as `[compose] ...` lines as they happen (past pytest's capture).
 """
 
 from __future__ import annotations
@@ -28,21 +28,25 @@ STEPS = 200  # an upper bound: the run is stopped once the checks are done
 
 
 PHASES: list[str] = []
+_CAPTURE = []  # pytest's capture manager, to print the phase lines as they happen
 
 
 @pytest.fixture(scope="module", autouse=True)
-def _report_phases(pytestconfig):
-    """The phase lines, printed at the module's end whatever pytest captured."""
+def _uncaptured(pytestconfig):
+    _CAPTURE[:] = [pytestconfig.pluginmanager.get_plugin("capturemanager")]
     yield
-    reporter = pytestconfig.pluginmanager.get_plugin("terminalreporter")
-    for line in PHASES:
-        reporter.write_line(line) if reporter else print(line)
+    _CAPTURE.clear()
 
 
 def phase(name: str, seconds: float, **facts) -> None:
     extra = "".join(f" {k}={v}" for k, v in facts.items())
     PHASES.append(f"[compose] {name}: {seconds:.1f} s{extra}")
-    print(PHASES[-1], file=sys.stderr)  # in the failure report of the test that printed it
+    capture = _CAPTURE[0] if _CAPTURE else None
+    if capture is None:
+        print(PHASES[-1], file=sys.stderr, flush=True)
+        return
+    with capture.global_and_fixture_disabled():
+        print(PHASES[-1], file=sys.stderr, flush=True)
 
 
 @pytest.fixture(scope="module")

@@ -140,7 +140,11 @@ class Compose:
         finally:
             if proc.poll() is None:
                 proc.terminate()
-                proc.wait(30)
+                try:
+                    proc.wait(15)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+                    proc.wait()
         return time.monotonic() - t0
 
     def wait_healthy(self, proc: subprocess.Popen, deadline: float, running: set[str]) -> None:
