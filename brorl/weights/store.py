@@ -110,7 +110,9 @@ class WeightStore:
             live = i
             if _kind(versions[i]) != "delta":
                 break  # a full version: nothing before it is needed
-        for old in versions[: min(len(versions) - keep, live)]:
+        # max(0, ...): with fewer than ``keep`` versions a negative bound would slice off all but
+        # the newest, keyframe included, leaving a chain no new worker can rebuild.
+        for old in versions[: max(0, min(len(versions) - keep, live))]:
             shutil.rmtree(old, ignore_errors=True)
 
 

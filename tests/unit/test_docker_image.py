@@ -37,7 +37,9 @@ def test_build_references_an_existing_dockerfile_and_stage(services):
         text = dockerfile.read_text()
         stages = re.findall(r"^FROM\s+\S+\s+AS\s+(\S+)", text, flags=re.M | re.I)
         assert build["target"] in stages
-        assert re.search(r"^FROM\s+python:3\.11\.\d+-slim", text, flags=re.M)
+        # The public image is the default of the base image argument (CI passes a local one).
+        assert re.search(r"^ARG BASE_IMAGE=python:3\.11\.\d+-slim", text, flags=re.M)
+        assert re.search(r"^FROM\s+\$\{BASE_IMAGE\}\s+AS base", text, flags=re.M)
         assert re.search(rf"^WORKDIR\s+{APP_DIR}\s*$", text, flags=re.M)
         assert re.search(r"^COPY\s+\.\s+\.\s*$", text, flags=re.M)
 

@@ -167,6 +167,19 @@ def test_prune_never_removes_the_keyframe_of_the_live_chain(tmp_path):
     assert sorted(p.name for p in store.root.glob("v*")) == ["v00000002", "v00000003"]
 
 
+def test_pruning_after_every_version_keeps_the_chain_a_new_worker_rebuilds(tmp_path):
+    """As the learner does: prune after each publish, from the first version on (fewer than
+    ``keep`` versions at first). A worker that joins late rebuilds the newest version."""
+    run = VersionRun(tmp_path, keyframe_every=5, lr=1e-4)
+    for _ in range(8):  # 0 keyframe, 1-4 deltas, 5 keyframe, 6-7 deltas
+        run.publish_many(1)
+        run.store.prune(3)
+    assert sorted(p.name for p in tmp_path.glob("v*")) == [f"v{v:08d}" for v in (5, 6, 7)]
+    fresh = ServingState()
+    sync(fresh, run)
+    assert_exact(fresh, run, 7)
+
+
 def test_reconstruct_rebuilds_any_published_version_from_its_keyframe(tmp_path):
     from brorl.weights.chain import reconstruct
 

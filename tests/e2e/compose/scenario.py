@@ -1,0 +1,197 @@
+"""What the compose test does to a running cluster: a tiny model and data on the host, a run
+started through the learner's published port and followed, a rollout container killed while it
+holds a job, and the proof that the job was re-sent and published once (the done set of the
+publish-once script, brorl/streams.py) and trained once (the learner's seen groups)."""
+
+from __future__ import annotations
+
+import json
+import re
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import grpc
+import redis
+
+from brorl import queue as q
+from brorl.client import LearnerClient
+from brorl.contract import ConsumerGroup
+from brorl.v1 import common_pb2
+from tests.e2e.compose.cluster import Compose
+from tests.e2e.compose.engine import sh
+
+RUN_CONFIG = """\
+model: /model
+data: {train_path: /datasets/train.jsonl}
+reward_fn: format
+sampling: {n: 128, temperature: 1.0, top_k: -1, top_p: 1.0, max_tokens: 6}
+train: {steps: %(steps)d, groups_per_step: 2, lr: 0.001, micro_batch_paths: 256}
+async: {max_staleness: 2, publish_every: 1, max_inflight_groups: 4}
+checkpoint_every: 1000
+"""
+
+
+def make_inputs(root: Path) -> tuple[Path, Path]:
+    """The tiny demo model (created, never downloaded) and 2-digit addition prompts, readable by
+    the containers' brorl user; (model dir, datasets dir)."""
+    from demo.model import create_tiny_model
+    from demo.task import problems
+
+    model = create_tiny_model(root / "model", seed=0)
+    datasets = root / "datasets"
+    datasets.mkdir(exist_ok=True)
+    (datasets / "train.jsonl").write_text(
+        "".join(
+            json.dumps({"prompt": p.prompt, "reference": p.answer}) + "\n"
+            for p in problems(200, seed=5)
+        )
+    )
+    for path in [root, *root.rglob("*")]:
+        path.chmod(0o755 if path.is_dir() else 0o644)
+    return Path(model), datasets
+
+
+@dataclass
+class Run:
+    """A run on the compose learner, its metrics collected by a WatchRun thread."""
+
+    client: LearnerClient
+    run_id: str
+    steps: list[dict] = field(default_factory=list)  # one values dict per step (+ "step")
+    ended: threading.Event = field(default_factory=threading.Event)
+
+    @classmethod
+    def start(cls, address: str, run_id: str, steps: int) -> "Run":
+        client = LearnerClient(address)
+        client.start(RUN_CONFIG % {"steps": steps}, run_id=run_id)
+        run = cls(client, run_id)
+        threading.Thread(target=run._follow, daemon=True).start()
+        return run
+
+    def _follow(self) -> None:
+        try:
+            for m in self.client.watch(self.run_id, timeout=900):
+                self.steps.append({"step": m.step, **dict(m.values)})
+        except grpc.RpcError:  # the learner went away (down, or a failed test's teardown)
+            pass
+        finally:
+            self.ended.set()
+
+    @property
+    def step(self) -> int:
+        return self.steps[-1]["step"] if self.steps else 0
+
+    def wait(self, what: str, ok, timeout: float = 300) -> dict:
+        """Block until ``ok(last step's values)``; the values. A run that ends first or a
+        timeout raises with the run's state."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.steps and ok(self.steps[-1]):
+                return self.steps[-1]
+            if self.ended.is_set():
+                break
+            time.sleep(0.3)
+        info = self.client.get(self.run_id)
+        raise AssertionError(
+            f"waiting for {what}: run {info.state} at step {self.step}: {info.message}"
+        )
+
+
+def workers_of(values: dict) -> set[str]:
+    """The rollout workers (host name-pid) whose paths a step trained on."""
+    return {
+        k.split("/", 2)[2] for k, v in values.items() if k.startswith("rollout/paths_by/") and v > 0
+    }
+
+
+def worker_weight_version(container_id: str) -> int:
+    """The weight version a rollout container's engine holds, from its own /metrics."""
+    code = "import urllib.request as u; print(u.urlopen('http://127.0.0.1:9461/metrics').read().decode())"
+    text = sh("docker", "exec", container_id, "python", "-c", code).stdout
+    match = re.search(r"^brorl_rollout_weight_version\{[^}]*\} ([0-9.e+]+)$", text, flags=re.M)
+    assert match, f"no brorl_rollout_weight_version in {container_id[:12]}'s /metrics"
+    return int(float(match.group(1)))
+
+
+@dataclass
+class Kill:
+    victim: str  # container id
+    consumer: str  # its Redis consumer name (host name-pid)
+    jobs: dict[str, str]  # stream entry id -> job id, in flight when it was killed
+    groups: dict[str, str]  # job id -> group id
+
+
+def kill_worker_holding_a_job(compose: Compose, redis_url: str, run_id: str, timeout=120) -> Kill:
+    """SIGKILL the rollout container that holds a job (in the prompt stream's pending list) and
+    return the jobs it held that were still unpublished after it died."""
+    r, keys = q.connect(redis_url), q.keys(run_id)
+    hosts = {
+        c["Config"]["Hostname"]: c["Id"]
+        for c in compose.containers("rollout")
+        if c["State"]["Running"]
+    }
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        pending = r.xpending_range(keys["prompts"], ConsumerGroup.ROLLOUT, "-", "+", 100)
+        held = [p for p in pending if p["consumer"].decode().rsplit("-", 1)[0] in hosts]
+        if held:
+            consumer = held[0]["consumer"].decode()
+            mine = [p["message_id"].decode() for p in held if p["consumer"].decode() == consumer]
+            payloads = {e: r.xrange(keys["prompts"], e, e) for e in mine}
+            compose.kill(hosts[consumer.rsplit("-", 1)[0]])
+            jobs, groups = {}, {}
+            for entry, found in payloads.items():
+                if found and r.xrange(keys["prompts"], entry, entry):  # not published before death
+                    job = common_pb2.PromptJob.FromString(found[0][1][b"data"])
+                    jobs[entry], groups[job.job_id] = job.job_id, job.group_id
+            if jobs:
+                return Kill(hosts[consumer.rsplit("-", 1)[0]], consumer, jobs, groups)
+            hosts.pop(consumer.rsplit("-", 1)[0])  # it finished its jobs just before dying
+            if not hosts:
+                break
+        time.sleep(0.02)
+    raise AssertionError("no rollout container held an unpublished job to kill")
+
+
+def wait_resent_once(redis_url: str, run_id: str, kill: Kill, timeout: float = 180) -> None:
+    """Every job the dead worker held is published exactly once (its id enters the done set of
+    the publish-once script, which publishes a job id's group only on its first entry) and is no
+    longer pending anywhere."""
+    r, keys = q.connect(redis_url), q.keys(run_id)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        done = [j for j in kill.jobs.values() if r.zscore(keys["done"], j) is not None]
+        left = [e for e in kill.jobs if r.xrange(keys["prompts"], e, e)]
+        if len(done) == len(kill.jobs) and not left:
+            return
+        time.sleep(0.3)
+    raise AssertionError(f"jobs of the killed worker not re-sent in {timeout}s: {kill.jobs}")
+
+
+class PathAudit:
+    """Every PathGroup that enters the run's paths stream (XREAD, no consumer group), to show
+    who published the killed worker's groups and how often."""
+
+    def __init__(self, redis_url: str, run_id: str):
+        self.r, self.key = q.connect(redis_url), q.keys(run_id)["paths"]
+        self.seen: list[tuple[str, str]] = []  # (group id, worker)
+        self.stop = threading.Event()
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self) -> None:
+        last = "0-0"
+        while not self.stop.is_set():
+            try:
+                got = self.r.xread({self.key: last}, count=100, block=200) or []
+            except redis.RedisError:  # the cluster went down under it
+                return
+            for _stream, entries in got:
+                for entry_id, fields in entries:
+                    last = entry_id
+                    g = common_pb2.PathGroup.FromString(fields[b"data"])
+                    self.seen.append((g.group_id, g.worker))
+
+    def publishers(self, group_id: str) -> list[str]:
+        return [w for g, w in self.seen if g == group_id]
