@@ -2,7 +2,7 @@
 PY ?= python3
 export PYTHONPATH := $(CURDIR)
 
-.PHONY: setup demo test test-fast test-gpu bench bench-smoke protos clean
+.PHONY: setup demo test test-fast test-gpu test-compose bench bench-smoke protos clean
 
 setup:
 	@bash scripts/setup.sh
@@ -23,6 +23,10 @@ test-fast: setup
 bench-smoke: setup
 	@bash scripts/ensure_redis.sh
 	$(PY) -m pytest -q -m bench tests/unit/bench
+
+# docker-compose.yml for real on a Docker engine of the test's own (root; docs/cluster.md)
+test-compose: setup
+	$(PY) -m pytest -q -m docker tests/e2e/test_compose.py
 
 test-gpu:
 	$(PY) -m pytest -q tests -m gpu
