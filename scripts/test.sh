@@ -11,8 +11,8 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 PY=${PY:-python3}
 # the benchmarks' full smoke runs: make bench-smoke; the compose cluster (a Docker engine, images
-# and a run through containers, 6-13 min on 2 cores): make test-compose — both would take the
-# suite past its 20 minutes
+# and a run through containers, 3 min with cached images on a quiet machine, 13 beside this
+# suite): make test-compose — both would take the suite past its 20 minutes
 MARKS="not bench and not docker"
 for dir in tests/*/; do
   case "$dir" in tests/unit/|tests/integration/|tests/e2e/|tests/__pycache__/) ;;
