@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import time
 from dataclasses import dataclass, field
@@ -18,6 +17,7 @@ from pathlib import Path
 
 from tests.e2e.compose.engine import compose_env, sh
 from tests.e2e.compose.images import CPU_IMAGE, REDIS_IMAGE, REPO
+from tests.ports import free_ports
 
 CI_FILE = Path(__file__).with_name("ci.yml")
 PORT_VARS = (
@@ -32,19 +32,6 @@ PORT_VARS = (
 class ServiceFailed(RuntimeError):
     """A service's container exited, restarted or turned unhealthy: the message names it and
     shows its last log lines."""
-
-
-def free_ports(n: int) -> list[int]:
-    """``n`` distinct ports free on 127.0.0.1 now (the kernel's choice: never one in use, such as
-    the host's Redis on 6379)."""
-    socks = [socket.socket() for _ in range(n)]
-    try:
-        for s in socks:
-            s.bind(("127.0.0.1", 0))
-        return [s.getsockname()[1] for s in socks]
-    finally:
-        for s in socks:
-            s.close()
 
 
 @dataclass
