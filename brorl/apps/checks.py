@@ -24,7 +24,7 @@ import redis
 import yaml
 
 from brorl import cluster
-from brorl.apps import compare_cmd, demo_cmd, recipe, study_cmd, sweep_cmd, tasks
+from brorl.apps import compare_cmd, demo_cmd, recipe, sweep_cmd, tasks
 from brorl.apps.cluster.launcher import REPO_ROOT
 from brorl.config.base import load_config, parse_text
 from brorl.errors import BrorlError
@@ -300,10 +300,11 @@ def _local_cluster(args, workers: int) -> None:
 
 
 def _recipe_on_base_port(cls, command: str):
-    """The check of a recipe command on a cluster at ``--base-port`` (sweep, study, compare)."""
+    """The check of a recipe command on a cluster at ``--base-port`` (sweep, study, compare;
+    ``cls`` None: the subcommand's ``study_config``)."""
 
     def check(args, rest) -> None:
-        cfg = _recipe(cls, args, command)
+        cfg = _recipe(cls or args.study_config, args, command)
         output_dir("--workdir", args.workdir)
         output_dir("out", str(REPO_ROOT / cfg.out))
         ports = recipe.base_port_layout(args.base_port)
@@ -386,7 +387,7 @@ def check_report(args, rest) -> None:
 PREFLIGHT = {
     "demo": check_demo,
     "sweep": _recipe_on_base_port(sweep_cmd.SweepConfig, "sweep"),
-    "study": _recipe_on_base_port(study_cmd.BroadenConfig, "study"),
+    "study": _recipe_on_base_port(None, "study"),
     "compare": _recipe_on_base_port(compare_cmd.CompareConfig, "compare"),
     "cluster": check_cluster,
     "run": check_run,

@@ -3,6 +3,7 @@
 brorl demo                       warm-start (cached) + local cluster + RL run + evaluation
 brorl sweep                      the BroRL table: N in {16,64,256,512}, equal samples / steps
 brorl study broaden              saturate with N=16, then broaden to N=512 (docs/broadening.md)
+brorl study countdown            the same claim on Countdown, per difficulty (docs/countdown.md)
 brorl compare --config FILE      learner options side by side (configs/algorithms.yaml, ...)
 brorl cluster --model DIR        reward + K rollout workers + learner as local processes
 brorl run start CONFIG           start a run on a learner (watch with --watch)
@@ -30,7 +31,7 @@ from pathlib import Path
 
 import grpc
 
-from brorl.apps import checks, compare_cmd, demo_cmd, report, study_cmd, sweep_cmd
+from brorl.apps import checks, compare_cmd, countdown_study, demo_cmd, report, study_cmd, sweep_cmd
 from brorl.apps.cluster.launcher import REPO_ROOT, Cluster, ClusterSpec
 from brorl.apps.cluster.scrape_targets import FILE_SD
 from brorl.apps.progress import watch_run
@@ -202,11 +203,20 @@ def build_parser() -> argparse.ArgumentParser:
     cp.set_defaults(handler=compare_cmd.run_compare)
 
     st = sub.add_parser("study", help="studies of BroRL's claims (docs/broadening.md)")
-    broaden = st.add_subparsers(dest="study", required=True).add_parser(
+    studies = st.add_subparsers(dest="study", required=True)
+    broaden = studies.add_parser(
         "broaden", help="N=16 to a plateau, then N=16 vs N=512 (writes docs/broadening)"
     )
     study_cmd.add_arguments(broaden)
-    broaden.set_defaults(handler=study_cmd.run_study)
+    broaden.set_defaults(handler=study_cmd.run_study, study_config=study_cmd.BroadenConfig)
+    cd = studies.add_parser(
+        "countdown", help="Countdown: N=16 saturated vs N=512 forked, N from the warm-start, "
+        "the adaptive budget (writes docs/countdown)",
+    )  # fmt: skip
+    countdown_study.add_arguments(cd)
+    cd.set_defaults(
+        handler=countdown_study.run_study, study_config=countdown_study.CountdownStudyConfig
+    )
 
     c = sub.add_parser("cluster", help="start reward, K rollout workers and the learner locally")
     c.add_argument("--model", required=True, help="HF model directory the rollout workers load")

@@ -82,6 +82,11 @@ class RecipeConfig(StrictModel):
     rollout: dict = Field(
         default_factory=dict, description="Rollout service overrides (key: value) for every worker."
     )
+    reward: dict = Field(
+        default_factory=dict,
+        description="Reward service overrides (key: value), e.g. a reward function with its "
+        "parameters: {functions: {countdown_fmt: {type: countdown, format_weight: 0.1}}}.",
+    )
     learner_ranks: int = Field(
         1,
         ge=1,
@@ -261,6 +266,7 @@ def cluster_spec(
         learner_port=learner_port,
         rollout_base_port=rollout_base_port,
         rollout_overrides=cfg.rollout,
+        reward_overrides=cfg.reward,
         learner_overrides={"ranks": cfg.learner_ranks, **(learner_overrides or {})},
         threads_per_process=cfg.threads_per_process,
         namespace=namespace,

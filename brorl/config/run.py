@@ -48,8 +48,9 @@ class FieldMap(StrictModel):
     )
     stratum: str = Field(
         "",
-        description="Column naming each held-out prompt's stratum (e.g. a difficulty label): "
-        "evaluation rounds also log eval/accuracy/<stratum> ('': none).",
+        description="Column naming each prompt's stratum (e.g. a difficulty label): "
+        "evaluation rounds also log eval/accuracy/<stratum>, and the training groups are "
+        "counted per stratum (explore/groups/<stratum>, ...; '': none).",
     )
 
 

@@ -112,7 +112,7 @@ class Trainer:
                 self.feed.pass_rates.record(item.group)
             update = self.policy.update(intake.groups)
             self._redis(lambda: self.intake.ack(intake.entries), "acking")
-            self.counters.add(intake)
+            self.counters.add(intake, self.feed.stratum_of, self.feed.pass_rates.success_reward)
             if self._skipped(update):
                 continue
             self.step += 1

@@ -40,9 +40,19 @@ MODULES = {**SERVICE_MODULES, "env": "envs"}
 
 
 def service_command(service: str, overrides: dict[str, object] | None = None) -> list[str]:
-    """argv that starts ``service`` with ``key=value`` overrides."""
-    args = [f"{k}={v}" for k, v in (overrides or {}).items()]
-    return [sys.executable, "-m", MODULES[service], *args]
+    """argv that starts ``service`` with ``key=value`` overrides (a nested dict becomes dotted
+    keys: {"functions": {"f": {"type": "countdown"}}} → ``functions.f.type=countdown``)."""
+    return [sys.executable, "-m", MODULES[service], *_dotted(overrides or {})]
+
+
+def _dotted(tree: dict, prefix: str = "") -> list[str]:
+    out = []
+    for k, v in tree.items():
+        if isinstance(v, dict) and v:
+            out += _dotted(v, f"{prefix}{k}.")
+        else:
+            out.append(f"{prefix}{k}={json.dumps(v) if isinstance(v, (list, dict)) else v}")
+    return out
 
 
 @dataclass
@@ -64,6 +74,7 @@ class ClusterSpec:
     env_port: int = cluster.DEFAULT.env_port
     host: str = cluster.HOST
     rollout_overrides: dict = field(default_factory=dict)
+    reward_overrides: dict = field(default_factory=dict)
     learner_overrides: dict = field(default_factory=dict)
     threads_per_process: int = 0  # 0: leave torch/OMP defaults
     namespace: str = "default"  # workers follow the learner of their namespace
@@ -182,7 +193,9 @@ class Cluster:
         secure = security_overrides(s.security)
         self.ensure_redis()
         scrape_targets.empty_dir(self.ports)  # an earlier cluster's port files go
-        reward = {"bind": self.reward_address, **self._ports("reward"), **secure}
+        reward = {
+            "bind": self.reward_address, **self._ports("reward"), **secure, **s.reward_overrides
+        }
         self._spawn("reward", service_command("reward", reward))
         if s.environment:
             env = {"bind": self.env_address, **self._ports("env"), **secure, **s.environment}

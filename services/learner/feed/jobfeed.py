@@ -73,6 +73,15 @@ class JobFeed:
         self.pass_rates = PassRates(self.pass_rates.success_reward, state.get("pass_rates"))
         self._blocks = {int(b): list(n) for b, n in state.get("blocks", {}).items()}
 
+    def stratum_of(self, group: common_pb2.PathGroup) -> str:
+        """The stratum (data.fields.stratum) of the prompt a group of this feed answers; '' for
+        none and for a group from elsewhere (a held-out round's)."""
+        pid = group.prompt_id
+        if not (pid.startswith("p") and pid[1:].isdigit()):
+            return ""
+        index = int(pid[1:])
+        return self.prompts[index].stratum if index < len(self.prompts) else ""
+
     def top_up(self, consumed: int, step: int) -> None:
         """Enqueue groups until ``max_inflight_groups`` are in flight (enqueued − ``consumed``)."""
         while self.cursor - consumed < self.cfg.asynchrony.max_inflight_groups:

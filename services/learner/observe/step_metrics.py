@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import math
 from collections import Counter
+from collections.abc import Callable
 
 from brorl.contract import RewardStatus
+from brorl.v1 import common_pb2
 from services.learner.intake.collect import Intake
 
 
@@ -23,10 +25,24 @@ class RunCounters:
     def __init__(self, counts: dict[str, float] | None = None):
         self.counts: Counter = Counter(counts or {})
 
-    def add(self, intake: Intake) -> None:
+    def add(
+        self,
+        intake: Intake,
+        stratum_of: Callable[[common_pb2.PathGroup], str] = lambda g: "",
+        success_reward: float = 1.0,
+    ) -> None:
+        """Count what a step consumed. ``stratum_of``: a group's prompt stratum ('' for none;
+        data.fields.stratum); per named stratum ``explore/groups/<s>``,
+        ``explore/success_groups/<s>`` (a path with reward >= ``success_reward``) and
+        ``explore/all_equal_groups/<s>``."""
         c = self.counts
         for item in intake.consumed:
             group = item.group
+            if group.paths and (stratum := stratum_of(group)):
+                rewards = [p.reward for p in group.paths]
+                c[f"explore/groups/{stratum}"] += 1
+                c[f"explore/success_groups/{stratum}"] += max(rewards) >= success_reward
+                c[f"explore/all_equal_groups/{stratum}"] += len(set(rewards)) == 1
             c["rollout/groups"] += 1
             c["rollout/paths"] += len(group.paths)
             c["rollout/generated"] += group.generated or len(group.paths)

@@ -85,3 +85,19 @@ def test_the_countdown_recipe_judges_with_its_reward_and_reports_per_label():
     assert run.data.eval_max_prompts <= cfg.eval_problems
     with pytest.raises(Exception, match="task"):
         load_recipe(DemoConfig, CONFIGS / "countdown.yaml", ["task=subtraction"])
+
+
+@pytest.mark.parametrize("label", ["hard", "easy", ""])
+def test_probes_are_probe_split_problems_each_with_a_solution_the_reward_accepts(tmp_path, label):
+    out = tmp_path / "probes.jsonl"
+    assert rl.main(["probes", "--out", str(out), "--n", "7", "--label", label]) == 0
+    rows = read(out)
+    assert len(rows) == 7 and len({r["prompt"] for r in rows}) == 7
+    for r in rows:
+        numbers = tuple(int(x) for x in r["prompt"].split(":")[0].split(","))
+        target = int(r["prompt"].split(":")[1].rstrip("="))
+        assert split_of(numbers) == "probe"
+        assert check(r["reference"], numbers, target)[0] == Verdict.CORRECT, r
+        assert r["label"] == label or (not label and r["label"] in LABELS)
+    rl.main(["probes", "--out", str(tmp_path / "again.jsonl"), "--n", "7", "--label", label])
+    assert read(tmp_path / "again.jsonl") == rows  # deterministic

@@ -68,3 +68,29 @@ def test_the_verified_sample_is_a_stable_share_of_the_paths():
     assert len(chosen) / len(ids) == pytest.approx(0.25, abs=0.01)
     assert chosen == [p for p in ids if sampling.verifies(p, 0.25)]  # same paths every time
     assert all(sampling.verifies(p, 0.0) and sampling.verifies(p, 1.0) for p in ids[:10])
+
+
+def test_groups_are_counted_per_stratum_with_their_successes_and_all_equal_ones():
+    counters = RunCounters()
+    strata = {"p0": "hard", "p1": "hard", "p2": "easy", "p3": ""}
+    groups = [
+        group("g0", [0.0, 0.0, 1.0]),  # hard, a success
+        group("g1", [0.0, 0.0]),  # hard, all equal, no success
+        group("g2", [1.0, 1.0, 1.0, 1.0, 1.0]),  # easy, all equal and a success
+        group("g3", [0.0, 1.0]),  # no stratum: not counted
+        group("g4", [0.25, 0.75]),  # hard, a success at success_reward 0.5
+        group("g5", [0.25, 0.375]),  # hard, no path reaches it
+    ]
+    for g, pid in zip(groups, ["p0", "p1", "p2", "p3", "p1", "p0"]):
+        g.prompt_id = pid
+    step = Intake(consumed=[Consumed(g, 0, "degenerate" if i == 1 else "used")
+                            for i, g in enumerate(groups)])  # fmt: skip
+    counters.add(step, lambda g: strata[g.prompt_id], success_reward=0.5)
+    c = counters.counts
+    assert (c["explore/groups/hard"], c["explore/success_groups/hard"]) == (4, 2)
+    assert c["explore/all_equal_groups/hard"] == 1
+    assert (c["explore/groups/easy"], c["explore/success_groups/easy"]) == (1, 1)
+    assert c["explore/all_equal_groups/easy"] == 1
+    assert not [k for k in c if k.startswith("explore/") and k.endswith("/")]  # unlabelled: none
+    counters.add(step)  # no strata given: nothing per stratum
+    assert c["explore/groups/hard"] == 4
