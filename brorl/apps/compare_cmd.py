@@ -15,7 +15,6 @@ of docs/algorithms.md.
 from __future__ import annotations
 
 import json
-import os
 import statistics
 import time
 from pathlib import Path
@@ -98,15 +97,7 @@ def run_compare(args) -> int:
     runs = [(arm, seed) for arm in cfg.arms for seed in cfg.seeds]
     print(f"compare: {len(runs)} runs ({list(cfg.arms)} x seeds {cfg.seeds})")
     print(f"warm-start accuracy {inputs.accuracy:.1%}")
-    spec = recipe.cluster_spec(
-        cfg,
-        inputs,
-        work,
-        redis_url=args.redis_url,
-        **recipe.base_port_layout(args.base_port),
-        learner_overrides={"keep_weight_versions": 100_000},
-        namespace=f"compare-{os.getpid()}",
-    )
+    spec = recipe.study_cluster_spec(cfg, inputs, work, args, "compare")
     points = eval_steps(cfg.steps, cfg.eval_points)
     results, started, stamp = [], time.time(), time.strftime("%Y%m%d-%H%M%S")
     with Cluster(spec) as cluster:

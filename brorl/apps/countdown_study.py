@@ -29,7 +29,6 @@
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import time
 from pathlib import Path
@@ -38,45 +37,28 @@ from pydantic import Field
 
 from brorl.apps import countdown_study_report, plateau, recipe
 from brorl.apps.cluster.launcher import REPO_ROOT, Cluster
-from brorl.apps.study_cmd import drive
+from brorl.apps.study_cmd import SaturationStudyConfig, drive
 from brorl.client import LearnerClient
 from brorl.errors import InvalidArgument
 
 
-class CountdownStudyConfig(recipe.RecipeConfig):
-    """configs/countdown_study.yaml (over configs/countdown.yaml): phases, arms and budgets."""
+class CountdownStudyConfig(SaturationStudyConfig):
+    """configs/countdown_study.yaml (over configs/countdown.yaml): phases, arms and budgets (the
+    shared fields: study_cmd.SaturationStudyConfig; ``sample_budget`` counts paths since the
+    plateau for its forks and from the start for the warm-start arms)."""
 
-    small_n: int = Field(16, ge=2, description="N of the saturation run and the narrow arm.")
-    wide_n: int = Field(512, ge=2, description="N of the broadened arm (forked at the plateau).")
     warm_ns: list[int] = Field([16, 64, 512], description="N of the runs from the warm-start.")
     adaptive_n: int = Field(
         64, ge=0, description="Mean paths a group of the adaptive-budget arm (0: no such arm)."
     )
     adaptive_n_min: int = Field(4, ge=1, description="n_min of the adaptive budget.")
     adaptive_n_max: int = Field(512, ge=1, description="n_max of the adaptive budget.")
-    seeds: list[int] = Field([0, 1, 2], min_length=1, description="Seeds of every arm.")
-    eval_every: int = Field(10, ge=1, description="Saturation steps between evaluations.")
-    plateau_window: int = Field(4, ge=1, description="Evaluations without gain that a plateau is.")
-    plateau_min_gain: float = Field(
-        0.01, ge=0.0, description="Accuracy gain over the window that still counts as a plateau."
-    )
-    saturate_max_steps: int = Field(
-        400, ge=1, description="Continue from here even without a plateau (reported)."
-    )
-    sample_budget: int = Field(
-        131072, ge=1, description="Paths generated per arm (since the plateau, or from the start)."
-    )
     phases: list[str] = Field(
         ["plateau", "warmstart"],
         description="Which comparisons to run: 'plateau' (saturation, then narrow vs wide "
         "forks) and/or 'warmstart' (warm_ns and the adaptive arm from the warm-start).",
     )
-    eval_points: int = Field(4, ge=1, description="Evaluations per arm, evenly spaced in samples.")
-    probe_problems: int = Field(32, ge=1, description="Prompts of the probe set.")
     probe_label: str = Field("hard", description="Difficulty label of the probes ('': any).")
-    passk_problems: int = Field(40, ge=1, description="Hard held-out problems of pass@k.")
-    passk_samples: int = Field(128, ge=1, description="Samples per problem; pass@k up to this k.")
-    out: str = Field("docs/countdown", description="Where results, tables and plots go.")
 
 
 def add_arguments(p) -> None:
@@ -92,7 +74,8 @@ def add_arguments(p) -> None:
 
 def arm_config(cfg, inputs, probes: Path, n: int, seed: int, extra: dict | None = None):
     """A run of the study: the recipe's run with N = ``n``, probes after every update, every
-    weight version kept (the learner's keep_weight_versions) for the evaluation afterwards."""
+    weight version kept (the learner's keep_weight_versions) for the evaluation afterwards.
+    ``seed`` orders the prompts and seeds the learner; ``extra`` goes on top."""
     per_run = {
         "data": {"shuffle_seed": seed},
         "sampling": {"n": n},
@@ -229,6 +212,15 @@ def plan(cfg) -> list[dict]:
     return out
 
 
+def arm_extra(cfg, arm: dict) -> dict:
+    """What an arm of ``plan`` sets on top of ``arm_config``: its adaptive budget, and for a
+    fork of the plateau the saturation run's prompt order (its cursor is restored into it)."""
+    extra: dict = {"sampling": {"budget": arm["budget"]}} if arm.get("budget") else {}
+    if arm["phase"] == "plateau":
+        extra["data"] = {"shuffle_seed": cfg.seeds[0]}
+    return extra
+
+
 def evaluate(cfg, warmstart: Path, dirs: list[Path], passk: bool = False, threads: int = 2):
     """Greedy held-out accuracy (overall and per label) of model directories or weight
     versions, with hard pass@k when ``passk``: {str(dir): row of demo.countdown.rl eval-many}.
@@ -283,15 +275,7 @@ def run_study(args) -> int:
         f"{len(arms)} more runs",
         flush=True,
     )
-    spec = recipe.cluster_spec(
-        cfg,
-        inputs,
-        work,
-        redis_url=args.redis_url,
-        **recipe.base_port_layout(args.base_port),
-        learner_overrides={"keep_weight_versions": 100_000},
-        namespace=f"cd-study-{os.getpid()}",
-    )
+    spec = recipe.study_cluster_spec(cfg, inputs, work, args, "cd-study")
     stamp, runs, sat = time.strftime("%Y%m%d-%H%M%S"), [], None
     with Cluster(spec) as cluster:
         client = LearnerClient(cluster.learner_address)
@@ -312,8 +296,7 @@ def run_study(args) -> int:
         for i, arm in enumerate(arms):
             tag = arm["label"].split(" (")[0].replace(" ", "_").replace("=", "").replace(".", "-")
             run_id = f"cd-{stamp}-{arm['phase']}-{tag}-s{arm['seed']}"
-            extra = {"sampling": {"budget": arm["budget"]}} if arm.get("budget") else None
-            rc = arm_config(cfg, inputs, probes, arm["n"], arm["seed"], extra)
+            rc = arm_config(cfg, inputs, probes, arm["n"], arm["seed"], arm_extra(cfg, arm))
             if arm["phase"] == "plateau":
                 source = (Path(sat["run_dir"]).parent, Path(sat["run_dir"]), sat["step"])
                 got = run_arm(

@@ -1,12 +1,18 @@
 """What ``brorl study countdown`` measures after its runs (``measure``: evaluations, pass@k and
 the mechanism from each run's metrics.jsonl), and its tables and plots, written from
-``results.json`` alone so they can be regenerated without rerunning the study."""
+``results.json`` alone so they can be regenerated without rerunning the study:
+
+    python -m brorl.apps.countdown_study_report docs/countdown/results.json
+"""
 
 from __future__ import annotations
 
+import json
 import statistics
+import sys
 from pathlib import Path
 
+from brorl.apps.recipe import mean_std
 from brorl.apps.study_cmd import read_metrics
 
 LABELS = ("easy", "medium", "hard")
@@ -158,13 +164,7 @@ def groups(report: dict) -> list[tuple[str, str, list[dict]]]:
 
 def agg(values, digits: int = 3) -> str:
     """mean ± population std over seeds ("-" when nothing was measured)."""
-    values = [v for v in values if v is not None]
-    if not values:
-        return "-"
-    mean = statistics.fmean(values)
-    if len(values) < 2:
-        return f"{mean:.{digits}f}"
-    return f"{mean:.{digits}f} ± {statistics.pstdev(values):.{digits}f}"
+    return mean_std([v for v in values if v is not None], digits)
 
 
 def _label_cells(rows, get) -> str:
@@ -330,3 +330,21 @@ def write_plots(report: dict, out: Path) -> None:
     fig.tight_layout()
     fig.savefig(out / "study_pass_at_k.png", dpi=100)
     plt.close(fig)
+
+
+def main(argv=None) -> int:
+    """Rewrite tables.md and the plots beside a results.json."""
+    args = sys.argv[1:] if argv is None else argv
+    if len(args) != 1 or not Path(args[0]).is_file():
+        print("usage: python -m brorl.apps.countdown_study_report RESULTS_JSON", file=sys.stderr)
+        return 2
+    path = Path(args[0])
+    report = json.loads(path.read_text())
+    write_tables(report, path.parent / "tables.md")
+    write_plots(report, path.parent)
+    print(f"wrote {path.parent}/tables.md and the plots")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

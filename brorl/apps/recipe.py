@@ -15,6 +15,7 @@ cluster and a RunConfig:
 from __future__ import annotations
 
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -273,6 +274,20 @@ def cluster_spec(
         rollout_cpu_bind=cfg.rollout_cpu_bind,
         environment=tasks.environment(cfg),
         **({"env_port": env_port} if env_port else {}),
+    )
+
+
+def study_cluster_spec(cfg: RecipeConfig, inputs: DemoInputs, work: Path, args, name: str):
+    """The cluster of a recipe command (sweep, study, compare): ports from ``--base-port``, every
+    weight version kept (they are evaluated after the runs), a namespace of its own."""
+    return cluster_spec(
+        cfg,
+        inputs,
+        work,
+        redis_url=args.redis_url,
+        **base_port_layout(args.base_port),
+        learner_overrides={"keep_weight_versions": 100_000},
+        namespace=f"{name}-{os.getpid()}",
     )
 
 

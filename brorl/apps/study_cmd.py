@@ -22,7 +22,6 @@
 from __future__ import annotations
 
 import json
-import os
 import statistics
 import time
 from pathlib import Path
@@ -37,13 +36,13 @@ from brorl.client import LearnerClient
 REGIMES = ("equal_samples", "equal_wall", "budget")
 
 
-class BroadenConfig(recipe.RecipeConfig):
-    """configs/broaden.yaml (over configs/demo.yaml): the study's task, phases and arms."""
+class SaturationStudyConfig(recipe.RecipeConfig):
+    """What the studies of a saturated policy share (``brorl study broaden`` and ``countdown``):
+    the narrow and wide N, seeds, the plateau rule, the sample budget and the measurements."""
 
     small_n: int = Field(16, ge=2, description="N of the saturation phase and the narrow arm.")
     wide_n: int = Field(512, ge=2, description="N of the broadened arm.")
-    seeds: list[int] = Field([0, 1, 2], description="Seeds of the continuation runs.")
-    saturate_seed: int = Field(0, description="Seed of the saturation run.")
+    seeds: list[int] = Field([0, 1, 2], min_length=1, description="Seeds of the arms.")
     eval_every: int = Field(5, ge=1, description="Steps between evaluations while saturating.")
     plateau_window: int = Field(3, ge=1, description="Evaluations without gain that a plateau is.")
     plateau_min_gain: float = Field(
@@ -53,8 +52,19 @@ class BroadenConfig(recipe.RecipeConfig):
         300, ge=1, description="Stop saturating here even without a plateau (reported)."
     )
     sample_budget: int = Field(
-        20480, ge=1, description="Paths generated per run in the equal_samples and budget arms."
+        20480, ge=1, description="Paths generated per run of a sample-budget arm."
     )
+    eval_points: int = Field(4, ge=1, description="Evaluations per arm.")
+    probe_problems: int = Field(32, ge=1, description="Prompts of the probe set.")
+    passk_problems: int = Field(100, ge=1, description="Held-out problems of pass@k.")
+    passk_samples: int = Field(64, ge=1, description="Samples per problem; pass@k up to this k.")
+    out: str = Field("docs/broadening", description="Where results, tables and plots go.")
+
+
+class BroadenConfig(SaturationStudyConfig):
+    """configs/broaden.yaml (over configs/demo.yaml): the study's task, phases and arms."""
+
+    saturate_seed: int = Field(0, description="Seed of the saturation run.")
     wall_s: float = Field(120.0, gt=0, description="Seconds per run in the equal_wall arms.")
     max_steps: int = Field(
         10_000, ge=1, description="Step cap of a continuation run (it normally stops earlier)."
@@ -65,11 +75,6 @@ class BroadenConfig(recipe.RecipeConfig):
     regimes: list[Literal["equal_samples", "equal_wall", "budget"]] = Field(
         list(REGIMES), description="Which continuation comparisons to run."
     )
-    eval_points: int = Field(4, ge=1, description="Evaluations per continuation run.")
-    probe_problems: int = Field(32, ge=1, description="Prompts of the probe set.")
-    passk_problems: int = Field(100, ge=1, description="Held-out problems of pass@k.")
-    passk_samples: int = Field(64, ge=1, description="Samples per problem; pass@k up to this k.")
-    out: str = Field("docs/broadening", description="Where results, tables and plots go.")
 
 
 def add_arguments(p) -> None:
@@ -319,15 +324,7 @@ def run_study(args) -> int:
         f"then {len(plan)} continuation runs",
         flush=True,
     )
-    spec = recipe.cluster_spec(
-        cfg,
-        inputs,
-        work,
-        redis_url=args.redis_url,
-        **recipe.base_port_layout(args.base_port),
-        learner_overrides={"keep_weight_versions": 100_000},
-        namespace=f"broaden-{os.getpid()}",
-    )
+    spec = recipe.study_cluster_spec(cfg, inputs, work, args, "broaden")
     stamp = time.strftime("%Y%m%d-%H%M%S")
     with Cluster(spec) as cluster:
         client = LearnerClient(cluster.learner_address)

@@ -14,7 +14,6 @@ Warm-start, prompt set, cluster and the base run config follow the recipe shared
 from __future__ import annotations
 
 import json
-import os
 import statistics
 import time
 from pathlib import Path
@@ -120,15 +119,7 @@ def run_sweep(args) -> int:
         f"sweep: {len(runs)} runs (N in {cfg.ns}, seeds {cfg.seeds}); "
         f"warm-start accuracy {inputs.accuracy:.1%}"
     )
-    spec = recipe.cluster_spec(
-        cfg,
-        inputs,
-        work,
-        redis_url=args.redis_url,
-        **recipe.base_port_layout(args.base_port),
-        learner_overrides={"keep_weight_versions": 100_000},
-        namespace=f"sweep-{os.getpid()}",
-    )
+    spec = recipe.study_cluster_spec(cfg, inputs, work, args, "sweep")
     results = []
     started = time.time()
     stamp = time.strftime("%Y%m%d-%H%M%S")
