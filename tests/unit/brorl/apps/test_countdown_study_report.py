@@ -41,8 +41,8 @@ def test_a_fork_window_starts_at_the_plateau_and_ends_within_the_budget(tmp_path
 
 
 def test_pick_spaces_points_by_samples_and_finds_the_equal_wall_point():
-    pts = [{"step": s, "samples": x, "wall_s": w}
-           for s, x, w in [(1, 10, 2), (2, 30, 4), (3, 55, 7), (4, 80, 9), (5, 95, 12)]]  # fmt: skip
+    rows = [(1, 10, 2), (2, 30, 4), (3, 55, 7), (4, 80, 9), (5, 95, 12)]
+    pts = [{"step": s, "samples": x, "wall_s": w} for s, x, w in rows]
     curve, at_wall = rep.pick(pts, budget=100, k=4, wall_s=8.0)
     assert [p["step"] for p in curve] == [1, 2, 3, 5]  # the last point is the final one
     assert at_wall["step"] == 3
