@@ -89,7 +89,7 @@ def accuracy_at(curve: list[dict], seconds: float, start_acc: float) -> float:
 
 def run_compare(args) -> int:
     cfg = recipe.load_recipe(CompareConfig, args.config, args.overrides)
-    recipe.addition_only(cfg, "compare")
+    recipe.require_task(cfg, "addition", "compare")
     work = Path(args.workdir).resolve()
     out = (REPO_ROOT / cfg.out).resolve()
     out.mkdir(parents=True, exist_ok=True)

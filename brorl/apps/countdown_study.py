@@ -39,7 +39,6 @@ from brorl.apps import countdown_study_report, plateau, recipe
 from brorl.apps.cluster.launcher import REPO_ROOT, Cluster
 from brorl.apps.study_cmd import SaturationStudyConfig, drive
 from brorl.client import LearnerClient
-from brorl.errors import InvalidArgument
 
 
 class CountdownStudyConfig(SaturationStudyConfig):
@@ -123,7 +122,7 @@ def saturate(cfg, inputs, probes, client, stamp) -> dict:
         if plateau.plateau_reached(values, cfg.plateau_window, cfg.plateau_min_gain) or (
             step >= cfg.saturate_max_steps
         ):
-            at.update(step=step, generated=m.get("rollout/generated", 0), wall=elapsed)
+            at.update(step=step, generated=m.get("rollout/generated", 0))
             print(f"saturation: step {step}, accuracy {curve[-1]['accuracy']:.1%}", flush=True)
         return False
 
@@ -251,8 +250,7 @@ def evaluate(cfg, warmstart: Path, dirs: list[Path], passk: bool = False, thread
 
 def run_study(args) -> int:
     cfg = recipe.load_recipe(CountdownStudyConfig, args.config, args.overrides)
-    if cfg.task != "countdown":
-        raise InvalidArgument("task", "`brorl study countdown` runs the countdown task only")
+    recipe.require_task(cfg, "countdown", "study countdown")
     work, out = Path(args.workdir).resolve(), (REPO_ROOT / cfg.out).resolve()
     out.mkdir(parents=True, exist_ok=True)
     started = time.time()

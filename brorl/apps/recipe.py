@@ -291,11 +291,12 @@ def study_cluster_spec(cfg: RecipeConfig, inputs: DemoInputs, work: Path, args, 
     )
 
 
-def addition_only(cfg: RecipeConfig, command: str) -> None:
-    """The sweep, the study and the comparison evaluate weight versions on the addition task
-    (demo.eval_many); another task is refused before anything starts."""
-    if cfg.task != "addition":
-        raise InvalidArgument("task", f"`brorl {command}` runs the addition task only")
+def require_task(cfg: RecipeConfig, task: str, command: str) -> None:
+    """The sweep, the studies and the comparison evaluate weight versions with one task's
+    evaluator (demo.eval_many for addition, demo.countdown.rl for countdown); another task is
+    refused before anything starts."""
+    if cfg.task != task:
+        raise InvalidArgument("task", f"`brorl {command}` runs the {task} task only")
 
 
 def env_address(spec: ClusterSpec) -> str:

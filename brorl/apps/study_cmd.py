@@ -300,7 +300,7 @@ def pass_at_k(cfg, tokenizer: Path, models: list[Path]) -> dict[str, dict]:
 
 def run_study(args) -> int:
     cfg = recipe.load_recipe(BroadenConfig, args.config, args.overrides)
-    recipe.addition_only(cfg, "study broaden")
+    recipe.require_task(cfg, "addition", "study broaden")
     work = Path(args.workdir).resolve()
     out = (REPO_ROOT / cfg.out).resolve()
     out.mkdir(parents=True, exist_ok=True)

@@ -109,7 +109,7 @@ def per_run_config(run: dict) -> dict:
 
 def run_sweep(args) -> int:
     cfg = recipe.load_recipe(SweepConfig, args.config, args.overrides)
-    recipe.addition_only(cfg, "sweep")
+    recipe.require_task(cfg, "addition", "sweep")
     work = Path(args.workdir).resolve()
     out = (REPO_ROOT / cfg.out).resolve()
     out.mkdir(parents=True, exist_ok=True)

@@ -3,6 +3,8 @@ order, and what each sets — the forks of the plateau keep the saturation run's
 
 from pathlib import Path
 
+import pytest
+
 from brorl.apps import countdown_study, recipe
 from brorl.apps.recipe import DemoInputs
 
@@ -43,3 +45,12 @@ def test_a_fork_keeps_the_saturation_runs_prompt_order_and_a_warm_arm_takes_its_
         assert rc.data.shuffle_seed == want, arm
         assert rc.probe.every == 1 and rc.checkpoint_every == 0 and rc.eval_every == 0
         assert (rc.sampling.budget.kind == "adaptive") == ("adaptive" in arm["label"])
+
+
+def test_the_study_refuses_another_task_naming_the_setting():
+    from brorl.errors import InvalidArgument
+
+    cfg = config(task="addition")
+    with pytest.raises(InvalidArgument, match="`brorl study countdown` runs the countdown task"):
+        recipe.require_task(cfg, "countdown", "study countdown")
+    recipe.require_task(config(), "countdown", "study countdown")  # its own config passes
