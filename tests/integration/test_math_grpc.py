@@ -15,7 +15,9 @@ from services.reward.server import SERVICE_NAME
 
 from .conftest import reward_server
 
-LIMIT_S = 1.0
+# Well above a normal comparison even on a loaded machine (a fresh worker's first comparisons have
+# taken over 1 s while the suite's clusters ran beside it); the hostile item never finishes anyway.
+LIMIT_S = 3.0
 TOWER = "Hence the value is $\\boxed{9^{9^{9^{9}}}}$."
 
 
