@@ -47,6 +47,13 @@ def _passthrough(module: str, args: list[str]) -> int:
     return subprocess.call([sys.executable, "-m", module, *args], cwd=REPO_ROOT)
 
 
+def _key_value(item: str) -> tuple[str, str]:
+    key, sep, value = item.partition("=")
+    if not sep or not key:
+        raise SystemExit(f"--rollout-set takes KEY=VALUE, got {item!r}")
+    return key, value
+
+
 def cmd_cluster(args) -> int:
     spec = ClusterSpec(
         model=args.model,
@@ -60,6 +67,7 @@ def cmd_cluster(args) -> int:
         security=checks.security(args),
         read_roots=args.read_root,
         learner_overrides={"ranks": args.learner_ranks},
+        rollout_overrides=dict(_key_value(item) for item in args.rollout_set),
     )
     try:
         with Cluster(spec) as cluster:
@@ -241,6 +249,13 @@ def build_parser() -> argparse.ArgumentParser:
         default=[],
         metavar="DIR",
         help="a directory run configs may read besides the repository, workdir and model",
+    )
+    c.add_argument(
+        "--rollout-set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a rollout service setting for every worker, e.g. engine.in_process=false",
     )
     _security_arguments(c, server=True)
     c.set_defaults(handler=cmd_cluster)

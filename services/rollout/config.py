@@ -32,6 +32,17 @@ class EngineConfig(StrictModel):
             "core list such as '1' or '0-1'. Ignored on CUDA."
         ),
     )
+    in_process: bool = Field(
+        True,
+        description=(
+            "Run vLLM's engine core and model worker inside the rollout service's process "
+            "(VLLM_ENABLE_V1_MULTIPROCESSING=0, the 'uni' executor); false: two child processes "
+            "that hand each engine step over shared memory and busy-wait on their queues (vLLM's "
+            "SpinCondition: 1 s of sched_yield after every message), which took a core from the "
+            "learner on 2 cores (docs/performance.md). On a GPU the child processes let vLLM's "
+            "front end overlap the model (not measured here)."
+        ),
+    )
     seed: int = Field(0, description="Engine seed.")
 
     @field_validator("cpu_threads_bind", mode="before")

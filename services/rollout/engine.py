@@ -14,8 +14,10 @@ ignore the temperature, which is wrong for importance ratios.
 
 Weight reload. ``load_weights(dir, version)`` streams the ``*.safetensors`` files of ``dir``
 (HF parameter names) through vLLM's in-place reload (``model_runner.reload_weights``) in the
-worker process, via ``worker_extension_cls`` + ``collective_rpc``; the engine is not
-restarted. On CPU every linear layer keeps a packed copy / oneDNN handle of its weight built
+model worker, via ``worker_extension_cls`` + ``collective_rpc``; the engine is not restarted.
+The worker and vLLM's engine core run in this process by default (``in_process``: vLLM's child
+processes busy-wait between engine steps, docs/performance.md), else in vLLM's own processes.
+On CPU every linear layer keeps a packed copy / oneDNN handle of its weight built
 by ``dispatch_cpu_unquantized_gemm``; the reload rebuilds it for the layers it re-processes,
 but not for layers whose weight is shared (a tied ``lm_head`` points at the embedding and
 receives no weights of its own), which then keep computing logits with the OLD weights. After
@@ -79,13 +81,18 @@ def _samples(out) -> list[Sample]:
     return samples
 
 
-def _prepare_process_env(kv_cache_gib: int, cpu_threads_bind: str = "auto") -> None:
-    """Environment that the spawned engine processes inherit; set before vllm starts them."""
+def _prepare_process_env(
+    kv_cache_gib: int, cpu_threads_bind: str = "auto", in_process: bool = True
+) -> None:
+    """Environment that the spawned engine processes inherit (or the in-process engine reads);
+    set before vllm starts them."""
     path = os.environ.get("PYTHONPATH", "")
     if _REPO_ROOT not in path.split(os.pathsep):
         os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (_REPO_ROOT, path) if p)
     os.environ["VLLM_CPU_KVCACHE_SPACE"] = str(int(kv_cache_gib))  # GiB; ignored on CUDA
     os.environ["VLLM_CPU_OMP_THREADS_BIND"] = cpu_threads_bind  # ignored on CUDA
+    # read when an engine is built: "0" keeps the engine core and the worker in this process
+    os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0" if in_process else "1"
     if "VLLM_LOGGING_LEVEL" not in os.environ:
         os.environ["VLLM_LOGGING_LEVEL"] = "WARNING"
         logging.getLogger("vllm").setLevel(logging.WARNING)  # in case vllm is already imported
@@ -107,8 +114,9 @@ class RolloutEngine:
         enable_prefix_caching: bool = True,
         enforce_eager: bool = True,
         cpu_threads_bind: str = "auto",
+        in_process: bool = True,  # engine core + worker in this process (EngineConfig)
     ) -> None:
-        _prepare_process_env(kv_cache_gib, cpu_threads_bind)
+        _prepare_process_env(kv_cache_gib, cpu_threads_bind, in_process)
         from vllm import LLM
 
         self.model_path = str(model_path)

@@ -105,6 +105,7 @@ def build_engine(config: RolloutServiceConfig):
         max_num_seqs=e.max_num_seqs,
         enable_prefix_caching=e.enable_prefix_caching,
         cpu_threads_bind=e.cpu_threads_bind,
+        in_process=e.in_process,
     )
 
 

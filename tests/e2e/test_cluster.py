@@ -99,7 +99,10 @@ def redis_answers(port: int) -> bool:
 
 
 def test_ctrl_c_stops_every_process_including_vllm_engines(tmp_path, tiny_model):
-    c = LaunchedCluster(tmp_path, workers=1, model=tiny_model)
+    # vLLM in its own processes (not the default): Ctrl-C must reach the engines' processes too
+    c = LaunchedCluster(
+        tmp_path, workers=1, model=tiny_model, extra=("--rollout-set", "engine.in_process=false")
+    )
     try:
         assert set(c.pids) == {
             "redis",
