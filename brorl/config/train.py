@@ -45,6 +45,15 @@ class TrainConfig(StrictModel):
         1, ge=1, description="Prompt groups (each of n paths) in one update."
     )
     lr: float = Field(1e-4, gt=0.0, le=1.0, description="Adam learning rate.")
+    lr_warmup_steps: int = Field(
+        0,
+        ge=0,
+        description=(
+            "Optimizer steps over which the learning rate rises linearly to `lr` (step k of a "
+            "run, counted from 0, uses lr·(k+1)/warmup); 0: `lr` from the first step. Adam's "
+            "first steps move every weight by about lr whatever its gradient's size."
+        ),
+    )
     weight_decay: float = Field(0.0, ge=0.0, description="AdamW weight decay.")
     optimizer: Literal["adamw", "onebit_adam"] = Field(
         "adamw",

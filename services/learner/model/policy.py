@@ -20,6 +20,7 @@ from services.learner.algo import advantages
 from services.learner.algo import ppo
 from services.learner.algo.advantages import AdvantageInputs, ChunkTokens
 from services.learner.algo.kl_control import KLController
+from services.learner.algo.lr_schedule import warmup_factor
 from services.learner.model import deepspeed_engine, pretrained
 from services.learner.model.batch import (
     at_least_two_positions,
@@ -62,6 +63,7 @@ class Policy:
         if train.kl_coef > 0:
             self._load_reference()
         self.engine = deepspeed_engine.build_engine(model, train, zero_stage)
+        self.base_lr = train.lr  # before the warm-up's factor; a rollback lowers it
         # Batches, the reference model and every loss tensor live on the engine's device; on
         # CUDA the forward runs under bf16 autocast (fp32 master weights and loss math).
         self.device = self.engine.device
@@ -103,6 +105,7 @@ class Policy:
         max_tokens = max_tokens_of(groups)
         self.engine.train()
         for part in parts:  # one optimizer step each
+            sums["learner/lr"] += self._set_step_lr() / len(parts)
             out = self._optimizer_step([chunks[i] for i in part], step_train, max_tokens, clock)
             if isinstance(out, str):
                 return self._skip(out, clock)
@@ -289,8 +292,17 @@ class Policy:
         self.kl.restore(client.pop("kl_control", None))
         return client
 
+    def _set_step_lr(self) -> float:
+        """The next optimizer step's learning rate (the warm-up's share of the base rate), set
+        in the optimizer and returned."""
+        lr = self.base_lr * warmup_factor(self.engine.global_steps, self.train.lr_warmup_steps)
+        for group in self.engine.optimizer.param_groups:
+            group["lr"] = lr
+        return lr
+
     def set_hyperparameters(self, lr: float, kl_coef: float) -> None:
         """The learning rate and KL coefficient from the next update on (a rollback's)."""
+        self.base_lr = lr
         for group in self.engine.optimizer.param_groups:
             group["lr"] = lr
         self.train = self.train.model_copy(update={"kl_coef": kl_coef})
