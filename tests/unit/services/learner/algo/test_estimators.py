@@ -2,6 +2,8 @@
 float64 twins, and the estimator choice reaching the update from a RunConfig."""
 
 import math
+from types import SimpleNamespace
+
 import pytest
 import torch
 
@@ -166,6 +168,8 @@ class FakeEngine:
     def __init__(self):
         self.backward_losses: list[float] = []
         self.boundaries: list[bool] = []
+        self.global_steps = 0  # the optimizer's step count (the learning-rate warm-up reads it)
+        self.optimizer = SimpleNamespace(param_groups=[{"lr": 0.0}])
 
     def train(self):
         pass
@@ -221,6 +225,7 @@ def test_the_run_configs_estimator_reaches_the_update(estimator, monkeypatch):
         world=1,
         critic=None,
         updates=0,
+        base_lr=cfg.train.lr,
     )
     out = policy.Policy.update(fake, groups)
 
