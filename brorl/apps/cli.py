@@ -36,6 +36,7 @@ from brorl.apps.cluster.launcher import REPO_ROOT, Cluster, ClusterSpec
 from brorl.apps.cluster.scrape_targets import FILE_SD
 from brorl.apps.progress import watch_run
 from brorl.client import LearnerClient, RewardClient, RolloutClient
+from brorl.config.base import parse_overrides
 from brorl.errors import BrorlError
 from brorl import cluster
 
@@ -45,13 +46,6 @@ log = logging.getLogger("brorl")
 def _passthrough(module: str, args: list[str]) -> int:
     """Run ``python -m module args`` (modules that need torch live outside this package)."""
     return subprocess.call([sys.executable, "-m", module, *args], cwd=REPO_ROOT)
-
-
-def _key_value(item: str) -> tuple[str, str]:
-    key, sep, value = item.partition("=")
-    if not sep or not key:
-        raise SystemExit(f"--rollout-set takes KEY=VALUE, got {item!r}")
-    return key, value
 
 
 def cmd_cluster(args) -> int:
@@ -67,7 +61,7 @@ def cmd_cluster(args) -> int:
         security=checks.security(args),
         read_roots=args.read_root,
         learner_overrides={"ranks": args.learner_ranks},
-        rollout_overrides=dict(_key_value(item) for item in args.rollout_set),
+        rollout_overrides=parse_overrides(args.rollout_set),
     )
     try:
         with Cluster(spec) as cluster:

@@ -303,8 +303,7 @@ class Policy:
     def set_hyperparameters(self, lr: float, kl_coef: float) -> None:
         """The learning rate and KL coefficient from the next update on (a rollback's)."""
         self.base_lr = lr
-        for group in self.engine.optimizer.param_groups:
-            group["lr"] = lr
+        self._set_step_lr()
         self.train = self.train.model_copy(update={"kl_coef": kl_coef})
         self.kl.coef = float(kl_coef)
         if kl_coef > 0 and self.ref_model is None:
