@@ -2,6 +2,11 @@
 same rollout workers alone. Prints ONE JSON object (progress goes to stderr).
 
     python bench/e2e.py [--config configs/demo_fast.yaml] [--eval-every 5] [--target 0.63] [k=v ...]
+    python bench/e2e.py --shape long [k=v ...]
+
+``--shape long`` runs the realistic shape of bench/long_shape.py instead of the demo's (a 24 M
+model, 146-token prompts, completions up to 48 tokens, the relevance reward): throughput only, no
+accuracy curve.
 
 ``key=value`` overrides go to the demo recipe (configs/demo.yaml by default), e.g.
 ``run.sampling.n=64 run.train.groups_per_step=16 run.train.steps=30``.
@@ -44,7 +49,7 @@ from types import SimpleNamespace
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from bench import stdout_to_stderr  # noqa: E402
+from bench import long_shape, stdout_to_stderr  # noqa: E402
 from bench.learner_update import run_update  # noqa: E402
 from bench.peak import peak_gemm_flops  # noqa: E402
 from brorl.cluster import REDIS_URL  # noqa: E402
@@ -52,7 +57,7 @@ from brorl.apps import recipe  # noqa: E402
 from brorl.apps.demo_cmd import DemoConfig  # noqa: E402
 from brorl.apps.cluster.launcher import Cluster  # noqa: E402
 from brorl.apps.progress import watch_run  # noqa: E402
-from brorl.apps.recipe import eval_versions  # noqa: E402
+from brorl.apps.recipe import DemoInputs, eval_versions  # noqa: E402
 from brorl.client import LearnerClient, RewardClient, RolloutClient  # noqa: E402
 
 PHASES = ("wait", "batch", "forward", "backward", "optimizer", "publish", "publish_wait")
@@ -118,13 +123,19 @@ def main() -> None:
     p.add_argument("--workdir", default=str(REPO / ".cache" / "demo"))
     p.add_argument("--redis-url", default=REDIS_URL)
     p.add_argument("--base-port", type=int, default=51100)
+    p.add_argument("--shape", choices=("demo", "long"), default="demo", help="bench/long_shape.py")
     p.add_argument("overrides", nargs="*", help="demo recipe overrides (key=value)")
     args = p.parse_args()
 
     with stdout_to_stderr():
-        cfg = recipe.load_recipe(DemoConfig, args.config, args.overrides)
+        long = args.shape == "long"
+        overrides = (long_shape.OVERRIDES if long else []) + list(args.overrides)
+        cfg = recipe.load_recipe(DemoConfig, args.config, overrides)
         work = Path(args.workdir).resolve()
-        inputs = recipe.prepare_inputs(cfg, work)
+        if long:
+            inputs = DemoInputs(*long_shape.make_inputs(work), accuracy=0.0)
+        else:
+            inputs = recipe.prepare_inputs(cfg, work)
         run_cfg = recipe.build_run_config(cfg, inputs)
         spec = recipe.cluster_spec(
             cfg,
@@ -168,8 +179,12 @@ def main() -> None:
                 for s in range(args.eval_every, len(steps) + args.eval_every, args.eval_every)
             }
         )
-        log(f"evaluating versions {evaluated} on {cfg.eval_problems} problems ...")
-        acc = eval_versions(run_dir / "weights", inputs.model, evaluated, cfg.eval_problems)
+        acc: dict[int, float] = {}
+        if long:  # a random model: nothing to evaluate
+            evaluated = []
+        else:
+            log(f"evaluating versions {evaluated} on {cfg.eval_problems} problems ...")
+            acc = eval_versions(run_dir / "weights", inputs.model, evaluated, cfg.eval_problems)
         step_time = {int(m["step"]): m["time"] - start for m in steps}
         curve = [{"step": s, "rl_s": step_time[s], "accuracy": acc[s]} for s in evaluated]
         reached = next((c for c in curve if c["accuracy"] >= args.target), None)
@@ -204,6 +219,9 @@ def main() -> None:
             6 * params * sum(m.get("learner/positions", 0.0) for m in steps) / max(compute_s, 1e-9)
         )
         peak = peak_gemm_flops(max(cfg.threads_per_process, 1))
+        paths = sum(m.get("learner/paths", 0.0) for m in steps)
+        completion = sum(m.get("learner/tokens", 0.0) for m in steps) / max(paths, 1.0)
+        prompt_tokens = _prompt_tokens(inputs.model, prompts[0]["prompt"]) if long else 6
         log("the same update alone ...")
         alone_update = run_update(
             REPO,
@@ -214,6 +232,10 @@ def main() -> None:
                 n=run_cfg.sampling.n,
                 steps=3,
                 micro_batch=run_cfg.train.micro_batch_paths,
+                # the run's shape: the demo's 6-token prompts and 2-6-token completions, or the
+                # long shape's prompt and the run's mean completion length
+                prompt_tokens=prompt_tokens,
+                completion_tokens=(round(completion),) * 2 if long else (2, 6),
             ),
         )
         # the same phases on both sides: forward + backward + optimizer (0: a revision without them)
@@ -231,6 +253,9 @@ def main() -> None:
                 "workers": cfg.workers,
                 "n": run_cfg.sampling.n,
                 "groups_per_step": run_cfg.train.groups_per_step,
+                "shape": args.shape,
+                "parameters": params,
+                "mean_completion_tokens": completion,
                 "steps": len(steps),
                 "cluster_start_s": cluster_start_s,
                 "rl_s": rl_s,
@@ -252,6 +277,12 @@ def main() -> None:
             }
         )
     )
+
+
+def _prompt_tokens(model_dir: Path, prompt: str) -> int:
+    from transformers import AutoTokenizer
+
+    return len(AutoTokenizer.from_pretrained(model_dir)(prompt)["input_ids"])
 
 
 def _parameters(model_dir: Path) -> int:

@@ -42,10 +42,11 @@ args = json.loads(sys.argv[1])
 rng = random.Random(0)
 groups = []
 for g in range(args["groups"]):
-    prompt = [1] + [rng.randrange(4, 14) for _ in range(5)]
+    prompt = [1] + [rng.randrange(4, 14) for _ in range(args.get("prompt_tokens", 6) - 1)]
     group = common_pb2.PathGroup(group_id=f"g{g}", prompt_token_ids=prompt)
+    lo, hi = args.get("completion_tokens", (2, 6))
     for i in range(args["n"]):
-        toks = [rng.randrange(4, 21) for _ in range(rng.randint(2, 6))]
+        toks = [rng.randrange(4, 21) for _ in range(rng.randint(lo, hi))]
         group.paths.add(path_id=f"g{g}/{i}", token_ids=toks, logprobs=[-1.0] * len(toks),
                         reward=float(rng.random() < 0.5), sampling=common_pb2.SamplingParams(
                             n=args["n"], temperature=1.0, top_k=-1, top_p=1.0, max_tokens=6))
@@ -108,6 +109,9 @@ def run_update(checkout: Path, model: str, args) -> dict:
         "n": args.n,
         "steps": args.steps,
         "micro_batch": args.micro_batch or demo_micro_batch(checkout),
+        # the demo's shape unless the caller gives another (bench/e2e.py --shape long)
+        "prompt_tokens": getattr(args, "prompt_tokens", 6),
+        "completion_tokens": list(getattr(args, "completion_tokens", (2, 6))),
     }
     out = subprocess.run(
         [sys.executable, "-c", RUNNER, json.dumps(spec)],
