@@ -4,7 +4,7 @@ same rollout workers alone. Prints ONE JSON object (progress goes to stderr).
     python bench/e2e.py [--config configs/demo_fast.yaml] [--eval-every 5] [--target 0.63] [k=v ...]
     python bench/e2e.py --shape long [k=v ...]
 
-``--shape long`` runs the realistic shape of bench/long_shape.py instead of the demo's (a 24 M
+``--shape long`` runs the realistic shape of demo/long_shape.py instead of the demo's (a 24 M
 model, 146-token prompts, completions up to 48 tokens, the relevance reward): throughput only, no
 accuracy curve.
 
@@ -49,7 +49,8 @@ from types import SimpleNamespace
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from bench import long_shape, stdout_to_stderr  # noqa: E402
+from bench import stdout_to_stderr  # noqa: E402
+from demo import long_shape  # noqa: E402
 from bench.learner_update import run_update  # noqa: E402
 from bench.peak import peak_gemm_flops  # noqa: E402
 from brorl.cluster import REDIS_URL  # noqa: E402
@@ -123,7 +124,7 @@ def main() -> None:
     p.add_argument("--workdir", default=str(REPO / ".cache" / "demo"))
     p.add_argument("--redis-url", default=REDIS_URL)
     p.add_argument("--base-port", type=int, default=51100)
-    p.add_argument("--shape", choices=("demo", "long"), default="demo", help="bench/long_shape.py")
+    p.add_argument("--shape", choices=("demo", "long"), default="demo", help="demo/long_shape.py")
     p.add_argument("overrides", nargs="*", help="demo recipe overrides (key=value)")
     args = p.parse_args()
 

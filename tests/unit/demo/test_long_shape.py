@@ -1,4 +1,4 @@
-"""bench/long_shape.py: the realistic shape is what its docstring says — a model of at least
+"""demo/long_shape.py: the realistic shape is what its docstring says — a model of at least
 20 M parameters, prompts of at least 128 tokens that the tokenizer knows entirely, a
 continuous reward configured, completions allowed 32 tokens or more."""
 
@@ -6,7 +6,7 @@ import json
 
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from bench import long_shape
+from demo import long_shape
 from brorl.apps import recipe
 from brorl.apps.demo_cmd import DemoConfig
 
