@@ -157,7 +157,12 @@ class StreamQueue:
             if deliveries > self.max_deliveries:
                 self.dead_letter(entry_id, fields[b"data"], f"delivered {deliveries} times")
                 continue
-            log.warning("reclaimed %s from a dead consumer (delivery %d)", entry_id, deliveries)
+            log.warning(
+                "reclaimed %s from a consumer silent for %d ms or more (delivery %d)",
+                entry_id,
+                idle,
+                deliveries,
+            )
             out.append(Delivery(entry_id, fields[b"data"], deliveries))
         return out
 

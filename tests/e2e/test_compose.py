@@ -127,7 +127,7 @@ def test_cluster_trains_scales_and_survives_a_killed_worker(built, inputs):
 
         t0 = time.monotonic()
         kill = scenario.kill_worker_holding_a_job(compose, compose.redis_url, run_id)
-        scenario.wait_resent_once(compose.redis_url, run_id, kill)
+        scenario.wait_resent_once(compose, run, kill)
         after = run.step
         run.wait("training after the kill", lambda v: v["step"] >= after + 2)
         phase(

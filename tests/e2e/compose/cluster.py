@@ -146,7 +146,9 @@ class Compose:
             if done and all(_health(c) == "healthy" for c in live):
                 return
             if time.monotonic() > deadline:
-                waiting = [f"{_service(c)}: {_health(c)}" for c in live if _health(c) != "healthy"]
+                waiting = [
+                    f"{service_of(c)}: {_health(c)}" for c in live if _health(c) != "healthy"
+                ]
                 raise ServiceFailed(f"not healthy in time: {waiting}\n" + self.logs_of(live))
             time.sleep(1.0)
 
@@ -164,7 +166,7 @@ class Compose:
             for c in bad:
                 s = c["State"]
                 lines.append(
-                    f"service {_service(c)} ({c['Name'].lstrip('/')}) failed: status "
+                    f"service {service_of(c)} ({c['Name'].lstrip('/')}) failed: status "
                     f"{s['Status']}, exit code {s['ExitCode']}, restarts {c['RestartCount']}, "
                     f"health {_health(c)}"
                 )
@@ -176,7 +178,7 @@ class Compose:
             proc = sh("docker", "logs", "--tail", str(lines), c["Id"], check=False)
             text = (proc.stdout + proc.stderr).rstrip()
             out.append(
-                f"--- last {lines} log lines of {_service(c)} ({c['Name'].lstrip('/')}):\n{text}"
+                f"--- last {lines} log lines of {service_of(c)} ({c['Name'].lstrip('/')}):\n{text}"
             )
         return "\n".join(out)
 
@@ -204,7 +206,7 @@ class Compose:
         return left
 
 
-def _service(c: dict) -> str:
+def service_of(c: dict) -> str:
     return c["Config"]["Labels"].get("com.docker.compose.service", c["Name"])
 
 

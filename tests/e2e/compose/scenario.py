@@ -19,7 +19,7 @@ from brorl import queue as q
 from brorl.client import LearnerClient
 from brorl.contract import ConsumerGroup
 from brorl.v1 import common_pb2
-from tests.e2e.compose.cluster import Compose
+from tests.e2e.compose.cluster import Compose, service_of
 from tests.e2e.compose.engine import sh
 
 RUN_CONFIG = """\
@@ -155,11 +155,11 @@ def kill_worker_holding_a_job(compose: Compose, redis_url: str, run_id: str, tim
     raise AssertionError("no rollout container held an unpublished job to kill")
 
 
-def wait_resent_once(redis_url: str, run_id: str, kill: Kill, timeout: float = 180) -> None:
+def wait_resent_once(compose: Compose, run: Run, kill: Kill, timeout: float = 180) -> None:
     """Every job the dead worker held is published exactly once (its id enters the done set of
     the publish-once script, which publishes a job id's group only on its first entry) and is no
-    longer pending anywhere."""
-    r, keys = q.connect(redis_url), q.keys(run_id)
+    longer pending anywhere. A timeout raises with what the cluster was doing."""
+    r, keys = q.connect(compose.redis_url), q.keys(run.run_id)
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         done = [j for j in kill.jobs.values() if r.zscore(keys["done"], j) is not None]
@@ -167,7 +167,43 @@ def wait_resent_once(redis_url: str, run_id: str, kill: Kill, timeout: float = 1
         if len(done) == len(kill.jobs) and not left:
             return
         time.sleep(0.3)
-    raise AssertionError(f"jobs of the killed worker not re-sent in {timeout}s: {kill.jobs}")
+    raise AssertionError(
+        f"jobs of the killed worker not re-sent in {timeout}s: {kill.jobs}\n"
+        + cluster_state(compose, run, r, keys)
+    )
+
+
+def cluster_state(compose: Compose, run: Run, r: redis.Redis, keys: dict[str, str]) -> str:
+    """The run's state, the prompt stream's pending entries and consumers, every container's
+    state and the rollout and learner containers' last log lines: for a failure message."""
+    info = run.client.get(run.run_id)
+    pending = r.xpending_range(keys["prompts"], ConsumerGroup.ROLLOUT, "-", "+", 50)
+    consumers = r.xinfo_consumers(keys["prompts"], ConsumerGroup.ROLLOUT)
+    lines = [
+        f"run {info.state} at step {run.step}: {info.message}",
+        "pending: "
+        + "; ".join(
+            f"{p['message_id'].decode()} on {p['consumer'].decode()} idle "
+            f"{p['time_since_delivered'] / 1000:.0f}s x{p['times_delivered']}"
+            for p in pending
+        ),
+        "consumers: "
+        + "; ".join(
+            f"{c['name'].decode()} pending {c['pending']} idle {c['idle'] / 1000:.0f}s"
+            for c in consumers
+        ),
+        "dead letters: "
+        + "; ".join(f"{d.source}: {d.reason}" for d in q.RunChannels(r, run.run_id).read_dead()[1]),
+    ]
+    containers = compose.containers()
+    for c in containers:
+        s = c["State"]
+        lines.append(
+            f"{c['Name'].lstrip('/')}: {s['Status']} restarts {c['RestartCount']} "
+            f"pid {s['Pid']} host {c['Config']['Hostname']}"
+        )
+    logged = [c for c in containers if service_of(c) in ("rollout", "learner")]
+    return "\n".join(lines) + "\n" + compose.logs_of(logged, lines=40)
 
 
 class PathAudit:
