@@ -183,9 +183,17 @@ class Compose:
         return "\n".join(out)
 
     def kill(self, container_id: str) -> None:
-        """SIGKILL one container, as a crashed node would be."""
+        """SIGKILL one container (paused or not), as a crashed node would be."""
         self.killed.add(container_id)
         sh("docker", "kill", container_id)
+
+    def pause(self, container_id: str) -> None:
+        """Freeze every process of a container (the cgroup freezer): it does nothing until
+        unpaused or killed."""
+        sh("docker", "pause", container_id)
+
+    def unpause(self, container_id: str) -> None:
+        sh("docker", "unpause", container_id)
 
     def down(self) -> float:
         t0 = time.monotonic()

@@ -124,8 +124,12 @@ class Kill:
 
 
 def kill_worker_holding_a_job(compose: Compose, redis_url: str, run_id: str, timeout=120) -> Kill:
-    """SIGKILL the rollout container that holds a job (in the prompt stream's pending list) and
-    return the jobs it held that were still unpublished after it died."""
+    """SIGKILL a rollout container while it holds an unpublished job; the jobs it held.
+
+    A job takes a fraction of a second, less than a `docker kill` on a loaded machine, so the
+    container is frozen first (`docker pause`): frozen, it cannot publish, and what it holds
+    then is what it holds when it dies. One whose jobs were published meanwhile is thawed and
+    the next held job is tried."""
     r, keys = q.connect(redis_url), q.keys(run_id)
     hosts = {
         c["Config"]["Hostname"]: c["Id"]
@@ -134,25 +138,29 @@ def kill_worker_holding_a_job(compose: Compose, redis_url: str, run_id: str, tim
     }
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        pending = r.xpending_range(keys["prompts"], ConsumerGroup.ROLLOUT, "-", "+", 100)
-        held = [p for p in pending if p["consumer"].decode().rsplit("-", 1)[0] in hosts]
-        if held:
-            consumer = held[0]["consumer"].decode()
-            mine = [p["message_id"].decode() for p in held if p["consumer"].decode() == consumer]
-            payloads = {e: r.xrange(keys["prompts"], e, e) for e in mine}
-            compose.kill(hosts[consumer.rsplit("-", 1)[0]])
-            jobs, groups = {}, {}
-            for entry, found in payloads.items():
-                if found and r.xrange(keys["prompts"], entry, entry):  # not published before death
-                    job = common_pb2.PromptJob.FromString(found[0][1][b"data"])
-                    jobs[entry], groups[job.job_id] = job.job_id, job.group_id
-            if jobs:
-                return Kill(hosts[consumer.rsplit("-", 1)[0]], consumer, jobs, groups)
-            hosts.pop(consumer.rsplit("-", 1)[0])  # it finished its jobs just before dying
-            if not hosts:
-                break
-        time.sleep(0.02)
-    raise AssertionError("no rollout container held an unpublished job to kill")
+        held = [
+            p
+            for p in r.xpending_range(keys["prompts"], ConsumerGroup.ROLLOUT, "-", "+", 100)
+            if p["consumer"].decode().rsplit("-", 1)[0] in hosts
+        ]
+        if not held:
+            time.sleep(0.02)
+            continue
+        consumer = held[0]["consumer"].decode()
+        victim = hosts[consumer.rsplit("-", 1)[0]]
+        compose.pause(victim)
+        jobs, groups = {}, {}
+        for p in r.xpending_range(keys["prompts"], ConsumerGroup.ROLLOUT, "-", "+", 100):
+            entry = p["message_id"].decode()
+            found = r.xrange(keys["prompts"], entry, entry)  # gone once published
+            if p["consumer"].decode() == consumer and found:
+                job = common_pb2.PromptJob.FromString(found[0][1][b"data"])
+                jobs[entry], groups[job.job_id] = job.job_id, job.group_id
+        if jobs:
+            compose.kill(victim)
+            return Kill(victim, consumer, jobs, groups)
+        compose.unpause(victim)
+    raise AssertionError(f"no rollout container held an unpublished job in {timeout}s")
 
 
 def wait_resent_once(compose: Compose, run: Run, kill: Kill, timeout: float = 180) -> None:
