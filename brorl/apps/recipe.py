@@ -88,6 +88,11 @@ class RecipeConfig(StrictModel):
         description="Reward service overrides (key: value), e.g. a reward function with its "
         "parameters: {functions: {countdown_fmt: {type: countdown, format_weight: 0.1}}}.",
     )
+    learner: dict = Field(
+        default_factory=dict,
+        description="Learner service overrides (key: value), e.g. {torch_threads: 2}: the "
+        "learner's own thread count over threads_per_process.",
+    )
     learner_ranks: int = Field(
         1,
         ge=1,
@@ -268,7 +273,11 @@ def cluster_spec(
         rollout_base_port=rollout_base_port,
         rollout_overrides=cfg.rollout,
         reward_overrides=cfg.reward,
-        learner_overrides={"ranks": cfg.learner_ranks, **(learner_overrides or {})},
+        learner_overrides={
+            "ranks": cfg.learner_ranks,
+            **cfg.learner,
+            **(learner_overrides or {}),
+        },
         threads_per_process=cfg.threads_per_process,
         namespace=namespace,
         rollout_cpu_bind=cfg.rollout_cpu_bind,

@@ -155,3 +155,25 @@ def test_the_fast_demo_recipe_narrows_groups_over_the_demo():
     # everything else is the demo's recipe
     assert fast.reward_fn == demo.reward_fn and fast.train.lr == demo.train.lr
     assert fast.sampling.max_tokens == demo.sampling.max_tokens
+
+
+def test_recipe_learner_overrides_reach_the_learner_command(tmp_path):
+    from brorl.apps.demo_cmd import DEFAULT_CONFIG, DemoConfig
+    from brorl.apps.recipe import DemoInputs, cluster_spec, load_recipe
+
+    cfg = load_recipe(DemoConfig, DEFAULT_CONFIG, ["learner.torch_threads=2", "learner_ranks=2"])
+    inputs = DemoInputs(model=tmp_path / "m", data=tmp_path / "d.jsonl", accuracy=0.1)
+    common = dict(redis_url="redis://127.0.0.1:1/0", reward_port=1, learner_port=2)
+    spec = cluster_spec(cfg, inputs, tmp_path, rollout_base_port=3, namespace="t", **common)
+    assert spec.learner_overrides == {"ranks": 2, "torch_threads": 2}
+    # the command's own settings (e.g. a study keeping every version) come last
+    spec = cluster_spec(
+        cfg,
+        inputs,
+        tmp_path,
+        rollout_base_port=3,
+        namespace="t",
+        learner_overrides={"torch_threads": 1, "keep_weight_versions": 9},
+        **common,
+    )
+    assert spec.learner_overrides == {"ranks": 2, "torch_threads": 1, "keep_weight_versions": 9}
