@@ -60,6 +60,8 @@ from brorl.apps.cluster.launcher import Cluster  # noqa: E402
 from brorl.apps.progress import watch_run  # noqa: E402
 from brorl.apps.recipe import DemoInputs, eval_versions  # noqa: E402
 from brorl.client import LearnerClient, RewardClient, RolloutClient  # noqa: E402
+from services.rollout import batching  # noqa: E402
+from services.rollout.config import RolloutServiceConfig  # noqa: E402
 
 PHASES = ("wait", "batch", "forward", "backward", "optimizer", "publish", "publish_wait")
 # the printed object's documented keys (tests/unit/bench/test_bench_smoke.py checks them)
@@ -73,9 +75,15 @@ def log(msg: str) -> None:
     print(f"[e2e] {msg}", file=sys.stderr, flush=True)
 
 
-def rollout_alone(cluster: Cluster, workers: int, run_cfg, prompts: list[dict], seconds: float):
-    """Paths/s of the workers generating + scoring groups like the run's, with no learner."""
-    s = run_cfg.sampling
+def rollout_alone(cluster: Cluster, cfg, run_cfg, prompts: list[dict], seconds: float):
+    """Paths/s of the workers generating + scoring groups like the run's, with no learner. The
+    worker loop samples several narrow groups in one engine call (services/rollout/batching.py);
+    Generate takes one prompt, so each call here asks for as many paths of one prompt as the
+    loop's calls hold (prefill aside, the same engine work)."""
+    s, workers = run_cfg.sampling, cfg.workers
+    default = RolloutServiceConfig.model_fields["batch_paths"].default
+    batch_paths = cfg.rollout.get("batch_paths", default)
+    per_call = s.n * batching.claim_count(batch_paths, s.n)
     counts = [0] * workers
     deadline = time.monotonic() + seconds
 
@@ -88,7 +96,7 @@ def rollout_alone(cluster: Cluster, workers: int, run_cfg, prompts: list[dict], 
             k += workers
             resp = rollout.generate(
                 row["prompt"],
-                n=s.n,
+                n=per_call,
                 temperature=s.temperature_at(0),
                 top_k=s.top_k,
                 top_p=s.top_p,
@@ -164,7 +172,7 @@ def main() -> None:
             if final["state"] != "finished":
                 raise SystemExit(f"run {final['state']}: {final['message']}")
             log("rollout alone ...")
-            alone = rollout_alone(cluster, cfg.workers, run_cfg, prompts, args.rollout_seconds)
+            alone = rollout_alone(cluster, cfg, run_cfg, prompts, args.rollout_seconds)
         run_dir = Path(final["run_dir"])
         metrics = [
             json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()

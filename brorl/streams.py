@@ -175,29 +175,33 @@ class StreamQueue:
         return bool(self._renew(keys=[self.stream], args=[self.group, self.consumer, entry_id]))
 
     @contextlib.contextmanager
-    def lease(self, entry_id: str, every_s: float | None = None):
-        """Renew ``entry_id`` in a background thread while the body runs (every third of
-        ``claim_idle_ms`` by default): other consumers reclaim it only once this one stops
-        renewing, i.e. died. Losing the lease is logged; publish_once_and_ack keeps the result
-        single either way."""
+    def lease(self, *entry_ids: str, every_s: float | None = None):
+        """Renew the entries in a background thread while the body runs (every third of
+        ``claim_idle_ms`` by default): other consumers reclaim one only once this one stops
+        renewing, i.e. died. Yields the set of entries still held: discard an entry from it
+        before acking it, so that its renewal stops without a false alarm. Losing the lease is
+        logged; publish_once_and_ack keeps the result single either way."""
         interval = every_s if every_s is not None else self.claim_idle_ms / 3000
-        done = threading.Event()
+        held, done = set(entry_ids), threading.Event()
 
         def keep() -> None:
             while not done.wait(interval):
-                try:
-                    if not self.renew(entry_id) and not done.is_set():  # not merely acked meanwhile
-                        log.warning(
-                            "lost the lease on %s of %s to another consumer", entry_id, self.stream
-                        )
-                        return
-                except redis.RedisError as exc:  # Redis away for a moment: try again next tick
-                    log.warning("could not renew %s: %s", entry_id, exc)
+                for entry_id in list(held):
+                    try:
+                        if not self.renew(entry_id) and entry_id in held and not done.is_set():
+                            held.discard(entry_id)
+                            log.warning(
+                                "lost the lease on %s of %s to another consumer",
+                                entry_id,
+                                self.stream,
+                            )
+                    except redis.RedisError as exc:  # Redis away for a moment: next tick
+                        log.warning("could not renew %s: %s", entry_id, exc)
 
-        thread = threading.Thread(target=keep, name=f"lease-{entry_id}", daemon=True)
+        thread = threading.Thread(target=keep, name=f"lease-{len(entry_ids)}", daemon=True)
         thread.start()
         try:
-            yield
+            yield held
         finally:
             done.set()
             thread.join()

@@ -45,8 +45,8 @@ class MemoryStreamQueue:
         return [Delivery(e, self.entries[e], self.pending[e]) for e in taken]
 
     @contextlib.contextmanager
-    def lease(self, entry_id: str):
-        yield  # nothing here reclaims idle entries, so there is nothing to renew
+    def lease(self, *entry_ids: str):
+        yield set(entry_ids)  # nothing here reclaims idle entries, so there is nothing to renew
 
     def take_over(self, count: int = 10_000) -> list[Delivery]:
         return [Delivery(e, self.entries[e], n) for e, n in list(self.pending.items())[:count]]

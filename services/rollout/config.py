@@ -98,6 +98,16 @@ class RolloutServiceConfig(StrictModel):
             "(a live worker renews every third of it)."
         ),
     )
+    batch_paths: int = Field(
+        512,
+        ge=1,
+        description=(
+            "Claim prompt jobs until their candidates fill this many paths and sample the ones "
+            "with equal sampling settings in one engine call (services/rollout/batching.py): "
+            "narrow groups share vLLM's decode steps; each group is still scored and published on "
+            "its own. 1: one job per call."
+        ),
+    )
     reward_deadline_s: float = Field(120.0, gt=0, description="Deadline of one ScoreBatch call.")
     weight_fetch_deadline_s: float = Field(
         60.0,

@@ -156,15 +156,14 @@ class RolloutEngine:
         self._warm_up()
 
     def _warm_up(self) -> None:
-        """One 1-token generate before the engine counts as ready: the first request of a new
-        engine pays a one-off setup (2.4 s on the demo model in a standalone measurement),
-        which belongs to the engine's start, not to a run's first group."""
+        """A short generate before the engine counts as ready: a new engine's first decode step
+        pays a one-off setup (3.7 s on the demo model; a 1-token request, all prefill, does not
+        reach it), which belongs to the engine's start, not to a run's first group."""
         from vllm import SamplingParams
 
         start = time.perf_counter()
-        self._llm.generate(
-            [{"prompt_token_ids": [0]}], SamplingParams(n=1, max_tokens=1), use_tqdm=False
-        )
+        params = SamplingParams(n=2, max_tokens=4, ignore_eos=True, logprobs=0)
+        self._llm.generate([{"prompt_token_ids": [0]}], params, use_tqdm=False)
         logger.info("first generate (kernel warm-up) took %.1f s", time.perf_counter() - start)
 
     # ------------------------------------------------------------------ sampling

@@ -174,6 +174,7 @@ def serve(config: RolloutServiceConfig, engine=None) -> None:
                 reward,
                 run_id=config.run_id,
                 claim_idle_ms=config.claim_idle_ms,
+                batch_paths=config.batch_paths,
                 reward_deadline_s=config.reward_deadline_s,
                 weight_fetch_deadline_s=config.weight_fetch_deadline_s,
                 stats=stats,

@@ -1,5 +1,6 @@
-"""The rollout worker loop: claim a prompt job → reload weights if due → generate → explore and
-select → score → publish the scored group (which acks the job).
+"""The rollout worker loop: claim prompt jobs → reload weights if due → generate (the jobs that
+sample alike in one engine call, services/rollout/batching.py) → per job: explore and select →
+score → publish the scored group (which acks the job).
 
 ``step`` and ``process`` are the loop on one page; each stage is a method a unit test can drive
 with fakes (an in-memory queue, a recording engine, a fake reward stub: tests/unit/services/
@@ -23,6 +24,7 @@ from google.protobuf.message import DecodeError
 from brorl import queue as q
 from brorl import sampling
 from brorl.v1 import common_pb2
+from services.rollout import batching
 from services.rollout.config import RolloutServiceConfig
 from services.rollout.episodes import EnvironmentChannels, EpisodeRunner, episode_stats
 from services.rollout.explore.select import Selection, select
@@ -45,11 +47,17 @@ class WorkerStats:
 
 @dataclass(frozen=True)
 class Claimed:
-    """A job this worker holds: its run's channels, the queue it came from, the delivery."""
+    """A job this worker holds: its run's channels, the queue it came from, the delivery, and the
+    lease's set of held entries (StreamQueue.lease)."""
 
     channels: q.RunChannels
     queue: q.StreamQueue
     delivery: q.Delivery
+    held: set = field(default_factory=set)
+
+    def release(self) -> None:
+        """Stop renewing the entry: it is about to be acked (published or dead-lettered)."""
+        self.held.discard(self.delivery.entry_id)
 
 
 @dataclass
@@ -74,6 +82,7 @@ class RolloutWorker:
         *,
         run_id: str = "",
         claim_idle_ms: int = DEFAULTS["claim_idle_ms"],
+        batch_paths: int = DEFAULTS["batch_paths"],
         reward_deadline_s: float = DEFAULTS["reward_deadline_s"],
         weight_fetch_deadline_s: float = DEFAULTS["weight_fetch_deadline_s"],
         stats: WorkerStats | None = None,
@@ -87,6 +96,8 @@ class RolloutWorker:
         self.rewards = RewardCalls(reward_stub, reward_deadline_s)
         self.fixed_run_id = run_id
         self.claim_idle_ms = claim_idle_ms
+        self.batch_paths = batch_paths
+        self._claim_count = 1  # jobs to claim next (batching.claim_count after each call)
         self.stats = stats or WorkerStats()
         self.name = q.consumer_name()
         self._runs: dict[str, tuple[q.RunChannels, q.StreamQueue]] = {}
@@ -108,34 +119,37 @@ class RolloutWorker:
 
     # -- the loop ------------------------------------------------------------------------------
     def step(self) -> bool:
-        """One turn of the loop: at most one job; False when there was nothing to do."""
+        """One turn of the loop: the jobs claimed together; False when there was nothing to do."""
         run_id = self.current_run()
         if not run_id:
             time.sleep(0.5)
             return False
-        self.maybe_reload(run_id)  # between jobs: serve the run's newest published weights
+        self.maybe_reload(run_id)  # between calls: serve the run's newest published weights
         channels, queue = self._channels(run_id)
-        for delivery in queue.read(count=1, block_ms=500):  # claim
-            with queue.lease(delivery.entry_id):  # a long job must not look like a dead worker's
-                self.process(channels, queue, delivery)
-            return True
-        return False
+        deliveries = queue.read(count=self._claim_count, block_ms=500)  # claim
+        if not deliveries:
+            return False
+        # long jobs must not look like a dead worker's
+        with queue.lease(*(d.entry_id for d in deliveries)) as held:
+            self.process([Claimed(channels, queue, d, held) for d in deliveries])
+        return True
 
-    def process(self, channels: q.RunChannels, queue: q.StreamQueue, delivery: q.Delivery):
-        """A claimed job, start to end; publishing its group acks it."""
-        claim, between = Claimed(channels, queue, delivery), self._between_jobs()
-        job = self.decode(claim)
-        if job is None:
-            return
-        try:
-            gen = self.generate(job)
-        except ValueError as exc:  # the engine refuses this prompt: retrying cannot help
-            return self.publish(claim, job, self.error_group(claim, job, str(exc)))
-        chosen = self.select(job, gen)
-        paths = self.paths(job, gen, chosen)
-        if not self.score(claim, job, paths, gen):
-            return  # the reward service refused the job: dead-lettered
-        self.publish(claim, job, self.group(claim, job, gen, chosen, paths, between))
+    def process(self, claims: list[Claimed]) -> None:
+        """Claimed jobs, start to end: generated together, then each selected, scored and
+        published on its own; publishing a group acks its job."""
+        between = self._between_jobs()
+        jobs = [(claim, job) for claim in claims if (job := self.decode(claim)) is not None]
+        for (claim, job), gen in zip(jobs, self.generate_all([job for _, job in jobs])):
+            if isinstance(gen, ValueError):  # the engine refuses this prompt: retrying cannot help
+                self.publish(claim, job, self.error_group(claim, job, str(gen)))
+            else:
+                chosen = self.select(job, gen)
+                paths = self.paths(job, gen, chosen)
+                if self.score(claim, job, paths, gen):  # else refused: dead-lettered
+                    self.publish(claim, job, self.group(claim, job, gen, chosen, paths, between))
+            # the jobs after the first of a call waited for nothing but the call itself
+            between = {**between, "rollout/publish_s": self._publish_s}
+            between.update({"rollout/reload_s": 0.0, "rollout/idle_s": 0.0})
 
     # -- its stages ----------------------------------------------------------------------------
     def decode(self, claim: Claimed) -> common_pb2.PromptJob | None:
@@ -144,6 +158,7 @@ class RolloutWorker:
         try:
             return common_pb2.PromptJob.FromString(data)
         except DecodeError as exc:
+            claim.release()
             claim.queue.dead_letter(claim.delivery.entry_id, data, f"not a PromptJob: {exc}")
             return None
 
@@ -152,20 +167,70 @@ class RolloutWorker:
         when the job carries them (the ids the learner trains on), else from its text; with
         ``job.env`` set, its paths are episodes against that environment."""
         start = time.perf_counter()
-        kwargs = sampling.effective(job.sampling).engine_kwargs()
-        prompt = list(job.prompt_token_ids) or job.prompt
+        kwargs = self.engine_kwargs(job)
         if job.env.address:
+            prompt = list(job.prompt_token_ids) or job.prompt
             return self.episodes(job, prompt, kwargs, start)
-        kwargs["n"] = sampling.candidates(job)  # hierarchical: M candidates, keep n
+        return self.sample([job], kwargs)[0]
+
+    def generate_all(self, jobs: list) -> list[Generated | ValueError]:
+        """Each job's candidates, or the engine's refusal of its prompt: jobs with an environment
+        run their episodes one by one; the others are sampled together, one engine call per set
+        of equal sampling settings (batching.calls)."""
+        out: list[Generated | ValueError | None] = [None] * len(jobs)
+        plain = [i for i, job in enumerate(jobs) if not job.env.address]
+        for i in sorted(set(range(len(jobs))) - set(plain)):
+            out[i] = self._or_refusal(jobs[i])
+        for kwargs, members in batching.calls([self.engine_kwargs(jobs[i]) for i in plain]):
+            idx = [plain[m] for m in members]
+            try:
+                gens = self.sample([jobs[i] for i in idx], kwargs)
+            except ValueError as exc:  # one refused prompt must not fail the call's others
+                gens = [exc] if len(idx) == 1 else [self._or_refusal(jobs[i]) for i in idx]
+            for i, gen in zip(idx, gens):
+                out[i] = gen
+        if plain:
+            candidates = self.engine_kwargs(jobs[plain[-1]])["n"]
+            self._claim_count = batching.claim_count(self.batch_paths, candidates)
+        return out
+
+    def _or_refusal(self, job) -> Generated | ValueError:
+        try:
+            return self.generate(job)
+        except ValueError as exc:
+            return exc
+
+    @staticmethod
+    def engine_kwargs(job: common_pb2.PromptJob) -> dict:
+        """The engine's sampling settings for ``job`` (brorl.sampling owns them); ``n`` counts the
+        candidates (hierarchical: M candidates, n kept)."""
+        kwargs = sampling.effective(job.sampling).engine_kwargs()
+        if not job.env.address:
+            kwargs["n"] = sampling.candidates(job)
+        return kwargs
+
+    def sample(self, jobs: list, kwargs: dict) -> list[Generated]:
+        """One engine call for ``jobs`` (their prompts, the same settings); the call's seconds
+        and its engine phases are shared out by paths (batching.shares)."""
+        start = time.perf_counter()
+        prompts = [list(job.prompt_token_ids) or job.prompt for job in jobs]
         with self.lock:
             version = self.engine.weight_version
-            [(prompt_ids, samples)] = self.engine.generate([prompt], **kwargs)
+            outputs = self.engine.generate(prompts, **kwargs)
             phases = dict(getattr(self.engine, "last_phases", {}))
-        self.stats.paths_generated += len(samples)
-        self.stats.tokens_generated += sum(len(x.token_ids) for x in samples)
-        gen = Generated(version, list(prompt_ids), samples, phases)
-        gen.seconds["generate"] = time.perf_counter() - start
-        return gen
+        seconds = time.perf_counter() - start
+        gens = []
+        for (prompt_ids, samples), part in zip(
+            outputs, batching.shares(1.0, [len(s) for _, s in outputs])
+        ):
+            self.stats.paths_generated += len(samples)
+            self.stats.tokens_generated += sum(len(x.token_ids) for x in samples)
+            gen = Generated(
+                version, list(prompt_ids), samples, {k: v * part for k, v in phases.items()}
+            )
+            gen.seconds["generate"] = seconds * part
+            gens.append(gen)
+        return gens
 
     def episodes(self, job, prompt, engine_kwargs: dict, start: float) -> Generated:
         """The job's n paths as episodes (services/rollout/episodes.py)."""
@@ -225,6 +290,7 @@ class RolloutWorker:
             if exc.code() != grpc.StatusCode.INVALID_ARGUMENT:
                 raise
             reason = f"reward service refused the job: {exc.details()}"
+            claim.release()
             claim.queue.dead_letter(claim.delivery.entry_id, claim.delivery.data, reason)
             return False
         gen.seconds["score"] = time.perf_counter() - start
@@ -252,6 +318,7 @@ class RolloutWorker:
         """Publish the group once per job id and ack the job, atomically (brorl.queue)."""
         start = time.perf_counter()
         data = group.SerializeToString()
+        claim.release()
         fresh = claim.channels.publish_group(claim.queue, claim.delivery.entry_id, job.job_id, data)
         self._publish_s = time.perf_counter() - start
         self._free_since = time.perf_counter()

@@ -81,6 +81,27 @@ def test_stream_length_is_bounded(r):
     assert client.xlen(f"{prefix}:s") < 300  # approximate trimming
 
 
+def test_one_lease_holds_several_entries_until_each_is_released(r, caplog):
+    """A worker that claims jobs together leases them together: each stays its own until
+    released and acked; releasing one first stops its renewal without a false alarm."""
+    client, prefix = r
+    a = make(client, prefix, "a", claim_idle_ms=300)
+    b = make(client, prefix, "b", claim_idle_ms=300)
+    a.put(b"first")
+    a.put(b"second")
+    first, second = a.read(2, block_ms=100)
+    with caplog.at_level("WARNING", logger="brorl.streams"):
+        with a.lease(first.entry_id, second.entry_id) as held:
+            assert held == {first.entry_id, second.entry_id}
+            held.discard(first.entry_id)
+            a.ack(first.entry_id)
+            time.sleep(1.2)  # four claim idle times
+            assert b.read(2, block_ms=50) == []  # the second is still renewed
+        assert "lost the lease" not in caplog.text
+    [again] = wait_until(lambda: b.read(2, block_ms=10), what="b reclaims the second")
+    assert again.entry_id == second.entry_id
+
+
 def test_a_renewed_lease_keeps_a_long_job_from_being_reclaimed(r):
     client, prefix = r
     a = make(client, prefix, "a", claim_idle_ms=300)

@@ -18,7 +18,7 @@ from brorl.v1 import common_pb2, reward_pb2
 from services.learner.model.batch import advantages_of, build_batches
 from services.learner.feed.jobfeed import JobFeed
 from services.learner.feed.prompts import Prompt, resolve_model_defaults
-from services.rollout.worker import RolloutWorker
+from services.rollout.worker import Claimed, RolloutWorker
 from tests.memory_queue import MemoryChannels, MemoryRegistry
 
 
@@ -100,7 +100,7 @@ def test_learner_and_worker_agree_on_every_sampling_field(tmp_path, name):
     while channels.prompts.new:
         [delivery] = channels.prompts.read()
         jobs.append(common_pb2.PromptJob.FromString(delivery.data))
-        worker.process(channels, channels.prompts, delivery)
+        worker.process([Claimed(channels, channels.prompts, delivery)])
     groups = [common_pb2.PathGroup.FromString(d.data) for d in channels.paths.read(count=100)]
     assert sum(len(g.paths) for g in groups) == run_cfg.sampling.n
     batches = build_batches(
@@ -235,7 +235,7 @@ def test_extra_fields_reach_the_reward_function_and_eval_jobs_come_back_marked()
     )
     while channels.prompts.new:
         [delivery] = channels.prompts.read()
-        worker.process(channels, channels.prompts, delivery)
+        worker.process([Claimed(channels, channels.prompts, delivery)])
     train, held = [common_pb2.PathGroup.FromString(d.data) for d in channels.paths.read(count=9)]
     assert dict(train.extra) == extra and not train.eval
     assert dict(held.extra) == {"level": "easy"} and held.eval and len(held.paths) == 1

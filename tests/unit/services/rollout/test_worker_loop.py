@@ -40,13 +40,19 @@ class TokenizingEngine:
         self.weight_version = 0
         self.prompts: list = []
         self.loads: list[int] = []
+        self.calls: list[tuple[list, dict]] = []  # (prompts, settings) of each call
 
     def generate(self, prompts, **kwargs):
-        [prompt] = prompts
-        self.prompts.append(prompt)
-        ids = list(prompt) if isinstance(prompt, list) else [100 + ord(c) for c in prompt]
-        samples = [Sample([5 + i % 3, 6], [-0.5, -0.7], f"c{i}") for i in range(kwargs["n"])]
-        return [(ids, samples)]
+        if any("refuse" in str(p) for p in prompts):
+            raise ValueError("prompt is longer than the maximum model length 16")
+        self.calls.append((list(prompts), kwargs))
+        out = []
+        for prompt in prompts:
+            self.prompts.append(prompt)
+            ids = list(prompt) if isinstance(prompt, list) else [100 + ord(c) for c in prompt]
+            samples = [Sample([5 + i % 3, 6], [-0.5, -0.7], f"c{i}") for i in range(kwargs["n"])]
+            out.append((ids, samples))
+        return out
 
     def decode(self, ids):
         return "".join(map(str, ids))
@@ -84,7 +90,7 @@ class Refused(grpc.RpcError):
         return "bad job"
 
 
-def worker_for(channels, engine=None, reward=None) -> RolloutWorker:
+def worker_for(channels, engine=None, reward=None, **options) -> RolloutWorker:
     return RolloutWorker(
         engine or TokenizingEngine(),
         threading.Lock(),
@@ -92,6 +98,7 @@ def worker_for(channels, engine=None, reward=None) -> RolloutWorker:
         lambda run: channels,
         reward or RecordingReward(),
         run_id=channels.run_id,
+        **options,
     )
 
 
@@ -260,3 +267,54 @@ def test_a_job_with_an_environment_publishes_its_episodes():
         assert TokenTurn.ENVIRONMENT in path.token_turns
         assert list(path.turn_rewards) == [0.0, 1.0]
     assert group.stats["env/turns_mean"] == 2.0
+
+
+def test_jobs_claimed_together_are_sampled_in_one_engine_call():
+    """The first read claims one job (the worker does not know the groups' width yet); then as
+    many as fill batch_paths (16 // 4 = 4), sampled in one call, each published as its own group
+    with its own paths and acked; the call's seconds are shared out over the groups."""
+    channels = MemoryChannels("r1")
+    engine = TokenizingEngine()
+    worker = worker_for(channels, engine, batch_paths=16)
+    for i in range(6):
+        put_job(channels, i, n=4, prompt=f"{i}+1=")
+    assert worker.step() and worker.step()
+    assert [len(prompts) for prompts, _ in engine.calls] == [1, 4]
+    assert engine.calls[1][0] == ["1+1=", "2+1=", "3+1=", "4+1="]
+    published = groups(channels)
+    assert [g.group_id for g in published] == ["g0", "g1", "g2", "g3", "g4"]
+    for g in published:
+        assert [p.path_id for p in g.paths] == [f"{g.group_id}/{k}" for k in range(4)]
+        assert {p.weight_version for p in g.paths} == {0} and g.generate_seconds >= 0
+        assert list(g.prompt_token_ids) == [100 + ord(c) for c in g.prompt]
+    assert len(channels.prompts.pending) == 0 and len(channels.prompts.new) == 1
+    assert worker.stats.groups_published == 5
+    assert worker.step() and [len(p) for p, _ in engine.calls] == [1, 4, 1]
+
+
+def test_jobs_that_sample_differently_get_their_own_calls():
+    channels = MemoryChannels("r1")
+    engine = TokenizingEngine()
+    worker = worker_for(channels, engine, batch_paths=64)
+    put_job(channels, 0, n=4)  # the first read takes this one alone
+    worker.step()
+    put_job(channels, 1, n=4)
+    put_job(channels, 2, n=8)
+    put_job(channels, 3, n=4)
+    worker.step()
+    assert [(len(p), kw["n"]) for p, kw in engine.calls[1:]] == [(2, 4), (1, 8)]
+    assert sorted(len(g.paths) for g in groups(channels)) == [4, 4, 4, 8]
+
+
+def test_a_refused_prompt_does_not_fail_the_others_of_its_call():
+    channels = MemoryChannels("r1")
+    worker = worker_for(channels, batch_paths=64)
+    worker._claim_count = 3
+    put_job(channels, 0)
+    put_job(channels, 1, prompt="refuse me")
+    put_job(channels, 2)
+    worker.step()
+    published = {g.group_id: g for g in groups(channels)}
+    assert published["g1"].error.startswith("prompt is longer") and not published["g1"].paths
+    assert len(published["g0"].paths) == len(published["g2"].paths) == 4
+    assert not channels.prompts.pending  # all three acked
