@@ -155,3 +155,17 @@ def test_reload_rejects_incomplete_weights(engine, model_dir, tmp_path):
     assert engine.weight_version == 0
     after = engine.generate([PROMPT], n=1, temperature=0.0, max_tokens=8)
     assert after[0][1][0].token_ids == before[0][1][0].token_ids
+
+
+def test_text_decoded_once_equals_vllms_detokenizer(engine):
+    """Without stop strings the engine decodes each path's text itself (vLLM's token-by-token
+    detokenizing is off); with a stop string that never matches, vLLM detokenizes: the same
+    seeded paths must carry the same text, log-probs and ends either way."""
+    kwargs = dict(n=64, temperature=1.0, max_tokens=12, seed=5)
+    [(_, ours)] = engine.generate([PROMPT], **kwargs)
+    [(_, vllms)] = engine.generate([PROMPT], **kwargs, stop=["never in a completion"])
+    assert [s.token_ids for s in ours] == [s.token_ids for s in vllms]
+    assert [s.text for s in ours] == [s.text for s in vllms]
+    assert [s.logprobs for s in ours] == [s.logprobs for s in vllms]
+    assert [s.finish_reason for s in ours] == [s.finish_reason for s in vllms]
+    assert any(s.text for s in ours)
