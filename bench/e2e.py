@@ -21,8 +21,9 @@ Reported:
   forward, backward, optimizer, publish) and, per group, the rollout's generate seconds (and
   within them vLLM's queue, prefill and decode seconds), score seconds, the Redis publish of
   the group, and its reload and idle seconds before the job;
-* ``learner_flops_over_peak``: 6 × parameters × positions / (forward + backward + optimizer
-  seconds), over a peak GEMM FLOP/s measured here with the learner's thread count;
+* ``learner_flops_over_peak``: 6 × parameters × positions × epochs (train.passes) / (forward +
+  backward + optimizer seconds), over a peak GEMM FLOP/s measured here with the learner's
+  thread count;
   ``learner_standalone_flops_over_peak``: the same update shape (the run's model, N, groups per
   step, micro-batch and threads; synthetic 2-6-token completions; the same forward + backward +
   optimizer phases; default lr and no KL) timed alone after the cluster
@@ -224,9 +225,9 @@ def main() -> None:
             for ph in ("forward", "backward", "optimizer")
         )
         params = _parameters(inputs.model)
-        flops = (
-            6 * params * sum(m.get("learner/positions", 0.0) for m in steps) / max(compute_s, 1e-9)
-        )
+        epochs = run_cfg.train.passes()[0]  # each pass reads every position of the step once
+        positions = epochs * sum(m.get("learner/positions", 0.0) for m in steps)
+        flops = 6 * params * positions / max(compute_s, 1e-9)
         peak = peak_gemm_flops(max(cfg.threads_per_process, 1))
         paths = sum(m.get("learner/paths", 0.0) for m in steps)
         completion = sum(m.get("learner/tokens", 0.0) for m in steps) / max(paths, 1.0)

@@ -123,6 +123,18 @@ class TrainConfig(StrictModel):
         description="KL coefficient: {kind: fixed} keeps kl_coef; {kind: adaptive, target, "
         "horizon} steers it so the measured KL tracks target (docs/algorithms.md).",
     )
+    epochs: int = Field(
+        1,
+        ge=1,
+        description="Passes over a step's paths for the critic-free estimators (ppo takes "
+        "train.ppo.epochs); above 1, or minibatches above 1, needs off_policy clip.",
+    )
+    minibatches: int = Field(
+        1,
+        ge=1,
+        description="Optimizer steps per pass for the critic-free estimators: the step's "
+        "chunks are shuffled and cut into this many parts (ppo: train.ppo.minibatches).",
+    )
     max_grad_norm: float = Field(1.0, gt=0.0, description="Gradient clipping.")
     micro_batch_paths: int = Field(
         256, ge=1, description="Paths per forward/backward chunk (memory bound)."
@@ -135,12 +147,26 @@ class TrainConfig(StrictModel):
         "loss or gradient (each skip leaves weights and optimizer state untouched).",
     )
 
+    def passes(self) -> tuple[int, int]:
+        """(epochs, minibatches) of a step's optimizer steps: train.ppo's under ppo, else
+        this section's (1, 1: one optimizer step over the whole step)."""
+        if self.estimator == "ppo":
+            return self.ppo.epochs, self.ppo.minibatches
+        return self.epochs, self.minibatches
+
     @model_validator(mode="after")
-    def _ppo_needs_a_fixed_old_policy(self):
-        if self.estimator == "ppo" and self.off_policy != "clip":
+    def _passes_need_a_fixed_old_policy(self):
+        if self.estimator == "ppo" and (self.epochs, self.minibatches) != (1, 1):
             raise ValueError(
-                "estimator ppo takes off_policy clip: its epochs need ratios against a fixed "
-                "old policy (the sampler's log-probs), and tis recomputes them every pass"
+                "estimator ppo takes its passes from train.ppo.epochs and "
+                "train.ppo.minibatches, not train.epochs / train.minibatches"
+            )
+        epochs, minibatches = self.passes()
+        if epochs * minibatches > 1 and self.off_policy != "clip":
+            raise ValueError(
+                f"{epochs} epochs x {minibatches} minibatches take off_policy clip: several "
+                "optimizer steps on one step's paths need ratios against a fixed old policy "
+                "(the sampler's log-probs), and tis recomputes them every pass"
             )
         return self
 

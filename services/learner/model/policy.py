@@ -81,9 +81,9 @@ class Policy:
         return self.engine.module
 
     def update(self, groups) -> dict[str, float]:
-        """One update from ``groups``: one optimizer step (PPO: epochs × mini-batches of them)
-        over chunks (batch.build_batches) whose gradients accumulate to the token mean over
-        the step or mini-batch (dr_grpo: the token sum over paths × max_tokens,
+        """One update from ``groups``: epochs × mini-batches optimizer steps (train.passes(); one
+        by default) over chunks (batch.build_batches) whose gradients accumulate to the token
+        mean over the step or mini-batch (dr_grpo: the token sum over paths × max_tokens,
         advantages.loss_denominator); returns learner/* statistics."""
         train = self.train
         clock = PhaseClock()
@@ -97,9 +97,10 @@ class Policy:
         else:
             adv = torch.cat([c.advantages[c.loss_mask != 0] for c in chunks] or [torch.zeros(0)])
         parts = [list(range(len(chunks)))]
-        if self.critic is not None:
+        epochs, minibatches = train.passes()
+        if epochs * minibatches > 1:
             generator = torch.Generator().manual_seed(train.seed * 1_000_003 + self.updates)
-            parts = ppo.passes(len(chunks), train.ppo.epochs, train.ppo.minibatches, generator)
+            parts = ppo.passes(len(chunks), epochs, minibatches, generator)
         self.updates += 1
         clock.lap("batch")
         max_tokens = max_tokens_of(groups)
