@@ -51,9 +51,14 @@ def test_three_turn_episodes_train_and_failed_episodes_are_left_out(env_cluster,
     assert last["learner/excluded_paths/env_error"] >= 1
     assert all(2.0 <= s["env/turns_mean"] <= 3.0 for s in steps)
     assert all(0.0 < s["env/token_share"] < 1.0 for s in steps)
-    for s in steps:  # token continuity: later turns match the sampler as the first one does
+    # token continuity: on a step whose paths the learner's own weights sampled, every turn's
+    # log-probs match the sampler's to float error (a re-tokenized turn would be off by nats);
+    # a stale step's gaps are the policy's drift, which differs from turn to turn
+    fresh = [s for s in steps if s["learner/staleness_mean"] == 0.0]
+    assert fresh, [s["learner/staleness_mean"] for s in steps]
+    for s in fresh:
         gaps = [s[f"learner/logp_gap/turn{k}"] for k in (1, 2, 3)]
-        assert max(gaps) <= 2 * gaps[0] + 1e-3, gaps
+        assert max(gaps) <= 0.01, gaps
     assert last["learner/duplicate_groups"] == 0
 
 
