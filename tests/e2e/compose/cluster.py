@@ -15,7 +15,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from tests.e2e.compose.engine import compose_env, sh
+from tests.e2e.compose.engine import EngineError, compose_env, sh
 from tests.e2e.compose.images import CPU_IMAGE, REDIS_IMAGE, REPO
 from tests.ports import free_ports
 
@@ -187,10 +187,17 @@ class Compose:
         self.killed.add(container_id)
         sh("docker", "kill", container_id)
 
-    def pause(self, container_id: str) -> None:
+    def pause(self, container_id: str) -> bool:
         """Freeze every process of a container (the cgroup freezer): it does nothing until
-        unpaused or killed."""
-        sh("docker", "pause", container_id)
+        unpaused or killed. False when the freezer gave up (runc's "unable to freeze": a busy
+        cgroup did not reach the frozen state in runc's time, and runc thawed it again), so
+        the caller may try again; any other failure raises."""
+        proc = sh("docker", "pause", container_id, check=False)
+        if proc.returncode == 0:
+            return True
+        if "unable to freeze" in proc.stderr:
+            return False
+        raise EngineError(f"`docker pause {container_id}` exited {proc.returncode}:\n{proc.stderr}")
 
     def unpause(self, container_id: str) -> None:
         sh("docker", "unpause", container_id)

@@ -129,14 +129,14 @@ def kill_worker_holding_a_job(compose: Compose, redis_url: str, run_id: str, tim
     A job takes a fraction of a second, less than a `docker kill` on a loaded machine, so the
     container is frozen first (`docker pause`): frozen, it cannot publish, and what it holds
     then is what it holds when it dies. One whose jobs were published meanwhile is thawed and
-    the next held job is tried."""
+    the next held job is tried, as is one the freezer could not freeze."""
     r, keys = q.connect(redis_url), q.keys(run_id)
     hosts = {
         c["Config"]["Hostname"]: c["Id"]
         for c in compose.containers("rollout")
         if c["State"]["Running"]
     }
-    deadline = time.monotonic() + timeout
+    deadline, unfrozen = time.monotonic() + timeout, 0
     while time.monotonic() < deadline:
         held = [
             p
@@ -148,7 +148,10 @@ def kill_worker_holding_a_job(compose: Compose, redis_url: str, run_id: str, tim
             continue
         consumer = held[0]["consumer"].decode()
         victim = hosts[consumer.rsplit("-", 1)[0]]
-        compose.pause(victim)
+        if not compose.pause(victim):  # the freezer gave up on a busy container: try again
+            unfrozen += 1
+            time.sleep(0.2)
+            continue
         jobs, groups = {}, {}
         for p in r.xpending_range(keys["prompts"], ConsumerGroup.ROLLOUT, "-", "+", 100):
             entry = p["message_id"].decode()
@@ -160,7 +163,10 @@ def kill_worker_holding_a_job(compose: Compose, redis_url: str, run_id: str, tim
             compose.kill(victim)
             return Kill(victim, consumer, jobs, groups)
         compose.unpause(victim)
-    raise AssertionError(f"no rollout container held an unpublished job in {timeout}s")
+    raise AssertionError(
+        f"no rollout container held an unpublished job in {timeout}s "
+        f"({unfrozen} pauses refused by the cgroup freezer)"
+    )
 
 
 def wait_resent_once(compose: Compose, run: Run, kill: Kill, timeout: float = 180) -> None:
