@@ -192,12 +192,13 @@ class Compose:
         unpaused or killed. False when the freezer gave up (runc's "unable to freeze": a busy
         cgroup did not reach the frozen state in runc's time, and runc thawed it again), so
         the caller may try again; any other failure raises."""
-        proc = sh("docker", "pause", container_id, check=False)
-        if proc.returncode == 0:
-            return True
-        if "unable to freeze" in proc.stderr:
-            return False
-        raise EngineError(f"`docker pause {container_id}` exited {proc.returncode}:\n{proc.stderr}")
+        try:
+            sh("docker", "pause", container_id)
+        except EngineError as err:
+            if "unable to freeze" in str(err):
+                return False
+            raise
+        return True
 
     def unpause(self, container_id: str) -> None:
         sh("docker", "unpause", container_id)

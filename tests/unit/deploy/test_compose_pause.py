@@ -8,25 +8,26 @@ import subprocess
 
 import pytest
 
-from tests.e2e.compose import cluster
+from tests.e2e.compose import cluster, engine
 from tests.e2e.compose.engine import EngineError
 
 
 def _docker(monkeypatch, returncode: int, stderr: str) -> list[tuple]:
+    """`docker` answering with this exit code and stderr; the commands it was given."""
     calls = []
 
-    def sh(*argv, check=True, **kw):
-        calls.append((argv, check))
+    def run(argv, **kw):
+        calls.append(tuple(argv))
         return subprocess.CompletedProcess(argv, returncode, "", stderr)
 
-    monkeypatch.setattr(cluster, "sh", sh)
+    monkeypatch.setattr(engine.subprocess, "run", run)
     return calls
 
 
 def test_a_frozen_container_is_paused(monkeypatch):
     calls = _docker(monkeypatch, 0, "")
     assert cluster.Compose.pause(None, "c1") is True
-    assert calls == [(("docker", "pause", "c1"), False)]
+    assert calls == [("docker", "pause", "c1")]
 
 
 def test_the_freezer_giving_up_is_a_refusal_to_try_again(monkeypatch):
