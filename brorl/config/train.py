@@ -54,6 +54,19 @@ class TrainConfig(StrictModel):
             "first steps move every weight by about lr whatever its gradient's size."
         ),
     )
+    lr_decay: Literal["constant", "linear", "cosine"] = Field(
+        "constant",
+        description="The learning rate after the warm-up: 'constant' keeps `lr`; 'linear' and "
+        "'cosine' lower it to lr·lr_min_ratio by the run's last optimizer step (train.steps × "
+        "epochs × minibatches), so late updates on a sharpened policy are small.",
+    )
+    lr_min_ratio: float = Field(
+        0.1,
+        ge=0.0,
+        le=1.0,
+        description="The decayed learning rate at the last step, as a fraction of `lr` (lr_decay "
+        "linear or cosine).",
+    )
     weight_decay: float = Field(0.0, ge=0.0, description="AdamW weight decay.")
     optimizer: Literal["adamw", "onebit_adam"] = Field(
         "adamw",

@@ -20,7 +20,7 @@ from services.learner.algo import advantages
 from services.learner.algo import ppo
 from services.learner.algo.advantages import AdvantageInputs, ChunkTokens
 from services.learner.algo.kl_control import KLController
-from services.learner.algo.lr_schedule import warmup_factor
+from services.learner.algo.lr_schedule import lr_factor
 from services.learner.model import deepspeed_engine, pretrained
 from services.learner.model.batch import (
     at_least_two_positions,
@@ -63,7 +63,7 @@ class Policy:
         if train.kl_coef > 0:
             self._load_reference()
         self.engine = deepspeed_engine.build_engine(model, train, zero_stage)
-        self.base_lr = train.lr  # before the warm-up's factor; a rollback lowers it
+        self.base_lr = train.lr  # before the schedule's factor; a rollback lowers it
         # Batches, the reference model and every loss tensor live on the engine's device; on
         # CUDA the forward runs under bf16 autocast (fp32 master weights and loss math).
         self.device = self.engine.device
@@ -294,9 +294,14 @@ class Policy:
         return client
 
     def _set_step_lr(self) -> float:
-        """The next optimizer step's learning rate (the warm-up's share of the base rate), set
-        in the optimizer and returned."""
-        lr = self.base_lr * warmup_factor(self.engine.global_steps, self.train.lr_warmup_steps)
+        """The next optimizer step's learning rate (the warm-up's and the decay's share of the
+        base rate), set in the optimizer and returned."""
+        t = self.train
+        total = t.steps * math.prod(t.passes())  # the run's optimizer steps
+        factor = lr_factor(
+            self.engine.global_steps, t.lr_warmup_steps, total, t.lr_decay, t.lr_min_ratio
+        )
+        lr = self.base_lr * factor
         for group in self.engine.optimizer.param_groups:
             group["lr"] = lr
         return lr

@@ -47,3 +47,20 @@ def test_without_a_warmup_every_step_runs_at_lr(model_dir):
 
     policy = Policy(model_dir, TrainConfig(lr=LR))
     assert [policy.update(groups())["learner/lr"] for _ in range(2)] == [LR, LR]
+
+
+def test_a_decay_reaches_its_floor_at_the_runs_last_optimizer_step(model_dir):
+    from services.learner.model.policy import Policy
+
+    linear = TrainConfig(lr=LR, steps=3, lr_decay="linear", lr_min_ratio=0.1)
+    policy = Policy(model_dir, linear)
+    logged = [policy.update(groups())["learner/lr"] for _ in range(4)]
+    assert logged == pytest.approx([LR, LR * 0.55, LR * 0.1, LR * 0.1], rel=1e-12)
+
+    # two optimizer steps an update: the run's 2 updates are 4 optimizer steps, the cosine's
+    # factors 1, 0.75, 0.25, 0 (floor 0); learner/lr is each update's mean
+    cosine = TrainConfig(lr=LR, steps=2, minibatches=2, lr_decay="cosine", lr_min_ratio=0.0)
+    policy = Policy(model_dir, cosine)
+    logged = [policy.update(groups())["learner/lr"] for _ in range(2)]
+    assert logged == pytest.approx([LR * 0.875, LR * 0.125], rel=1e-9)
+    assert policy.engine.global_steps == 4
