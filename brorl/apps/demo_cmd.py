@@ -62,6 +62,19 @@ def _strata(by_stratum: dict) -> str:
     return "; by stratum: " + ", ".join(f"{k} {v or 0:.1%}" for k, v in by_stratum.items())
 
 
+def verdict_lines(before: dict, after: dict, top: int = 4) -> list[str]:
+    """Per label, the shares of the commonest verdicts of the greedy answers, warm-start →
+    final (``{label: {verdict: share}}`` each): "easy: correct 19.4% → 26.6%, ..."."""
+    lines = []
+    for label, now in after.items():
+        was = before.get(label, {})
+        names = sorted(set(was) | set(now), key=lambda v: -max(was.get(v, 0), now.get(v, 0)))
+        lines.append(f"{label}: " + ", ".join(
+            f"{v} {was.get(v, 0):.1%} → {now.get(v, 0):.1%}" for v in names[:top]
+        ))  # fmt: skip
+    return lines
+
+
 def run_demo(args) -> int:
     cfg = recipe.load_recipe(DemoConfig, args.config, args.overrides)
     work = Path(args.workdir).resolve()
@@ -115,6 +128,8 @@ def run_demo(args) -> int:
         "gain_points": 100 * (after - before),
         "accuracy_by_stratum_warmstart": inputs.by_stratum,
         "accuracy_by_stratum_final": final["by_stratum"],
+        "verdicts_warmstart": inputs.verdicts,
+        "verdicts_final": final["verdicts"],
         "wall_seconds": time.time() - started,
     }
     (run_dir / "summary.json").write_text(json.dumps(summary, indent=1))
@@ -127,6 +142,10 @@ def run_demo(args) -> int:
             f"{k} {inputs.by_stratum.get(k) or 0:.1%} → {v or 0:.1%}"
             for k, v in final["by_stratum"].items()
         ))  # fmt: skip
+    if final["verdicts"]:
+        print("   greedy answers by the checker's verdict, warm-start → final:")
+        for line in verdict_lines(inputs.verdicts, final["verdicts"]):
+            print(f"     {line}")
     print(f"   run directory: {run_dir} (config.yaml, metrics.jsonl, final/, summary.json)")
     print(f"   total {summary['wall_seconds'] / 60:.1f} min")
     # last, so the report has summary.json's before/after accuracy

@@ -137,6 +137,7 @@ class DemoInputs:
     accuracy: float  # the warm-start's held-out greedy accuracy
     heldout: Path | None = None  # held-out prompts for the run's eval_every rounds
     by_stratum: dict[str, float] = field(default_factory=dict)  # the accuracy per label
+    verdicts: dict[str, dict[str, float]] = field(default_factory=dict)  # label: verdict: share
 
 
 def add_arguments(
@@ -212,8 +213,8 @@ def accuracy(model: Path, n: int, cfg: RecipeConfig | None = None) -> float:
 
 
 def evaluate(model: Path, n: int, cfg: RecipeConfig) -> dict:
-    """``accuracy`` with the task's per-stratum accuracy beside it ({} for a task without
-    strata): {"accuracy", "by_stratum"}."""
+    """``accuracy`` with the task's per-stratum accuracy and the verdicts of its greedy answers
+    beside it ({} for a task without them): {"accuracy", "by_stratum", "verdicts"}."""
     return tasks.evaluate(cfg, model, n, python_module)
 
 
@@ -245,7 +246,7 @@ def prepare_inputs(cfg: RecipeConfig, work: Path) -> DemoInputs:
     """Warm-start model (cached under ``work``), RL prompt set and the warm-start's accuracy,
     for the recipe's task."""
     model, data, heldout, got = tasks.prepare(cfg, work, python_module)
-    return DemoInputs(model, data, got["accuracy"], heldout, got["by_stratum"])
+    return DemoInputs(model, data, got["accuracy"], heldout, got["by_stratum"], got["verdicts"])
 
 
 def cluster_spec(

@@ -59,15 +59,17 @@ def accuracy(cfg, model: Path, n: int, python_module) -> float:
 
 def evaluate(cfg, model: Path, n: int, python_module) -> dict:
     """{"accuracy": held-out greedy accuracy on ``n`` problems of ``cfg.task``, "by_stratum":
-    {label: accuracy} for a task with difficulty labels, else {}}."""
+    {label: accuracy} for a task with difficulty labels, else {}, "verdicts": {label: {verdict:
+    share of the greedy answers}} for a task whose checker names its verdicts, else {}}."""
     if cfg.task == "countdown":
         out = python_module(
             "demo.countdown.rl", "eval", "--model", str(model), "--n", str(n), "--threads", "2",
             capture=True,
         )  # fmt: skip
         got = json.loads(out.strip().splitlines()[-1])
-        return {"accuracy": got["accuracy"], "by_stratum": got["by_label"]}
-    return {"accuracy": _accuracy(cfg, model, n, python_module), "by_stratum": {}}
+        return {"accuracy": got["accuracy"], "by_stratum": got["by_label"],
+                "verdicts": got["verdicts"]}  # fmt: skip
+    return {"accuracy": _accuracy(cfg, model, n, python_module), "by_stratum": {}, "verdicts": {}}
 
 
 def _accuracy(cfg, model: Path, n: int, python_module) -> float:

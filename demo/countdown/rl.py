@@ -58,7 +58,7 @@ def probe_rows(n: int, label: str = "", seed: int = 0) -> list[dict]:
 
 def greedy_eval(model_dir: str | Path, n: int, threads: int = 1) -> dict:
     """Greedy pass@1 of ``model_dir`` on the first ``n`` held-out problems: {"accuracy",
-    "by_label", "n_by_label", "n"}."""
+    "by_label", "n_by_label", "n", "verdicts"} (verdicts: {label: {verdict: share}})."""
     import torch
 
     from demo.countdown.warmstart import greedy_pass
@@ -67,7 +67,8 @@ def greedy_eval(model_dir: str | Path, n: int, threads: int = 1) -> dict:
     torch.set_num_threads(threads)
     model, tokenizer = load_model(model_dir)
     got = greedy_pass(model, tokenizer, heldout(n))
-    return {"accuracy": got["overall"], **{k: got[k] for k in ("n", "by_label", "n_by_label")}}
+    keep = ("n", "by_label", "n_by_label", "verdicts")
+    return {"accuracy": got["overall"], **{k: got[k] for k in keep}}
 
 
 def eval_many(tokenizer: str, dirs: list[str], n: int, passk: dict | None, threads: int = 1):

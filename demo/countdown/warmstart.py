@@ -21,6 +21,7 @@ import math
 import random
 import sys
 import time
+from collections import Counter
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
@@ -160,18 +161,31 @@ def train(model, tokenizer, cfg: CountdownWarmstartConfig) -> float:
 
 
 def greedy_pass(model, tokenizer, held: list[Problem]) -> dict:
-    """Greedy pass@1 overall and per label, with the count of problems of each."""
+    """Greedy pass@1 overall and per label, with the count of problems of each and, per label,
+    the share of each of the checker's verdicts (``verdicts``: what the wrong answers get
+    wrong; the commonest first)."""
     from demo.evaluate import greedy_completions
 
     texts = greedy_completions(
         model, tokenizer, [p.prompt for p in held], max_new_tokens=MAX_NEW_TOKENS
     )
-    hits = [is_correct(t, p) for t, p in zip(texts, held)]
+    return tally(texts, held)
+
+
+def tally(texts: list[str], held: list[Problem]) -> dict:
+    """``greedy_pass``'s measurements of one completion per problem."""
+    from services.reward.functions.countdown import Verdict, check
+
+    verdicts = [check(t, p.numbers, p.target)[0] for t, p in zip(texts, held, strict=True)]
+    hits = [v == Verdict.CORRECT for v in verdicts]
     out = {"overall": sum(hits) / len(held), "n": len(held), "by_label": {}, "n_by_label": {}}
+    out["verdicts"] = {}
     for label in LABELS:
-        mine = [h for h, p in zip(hits, held) if p.label == label]
-        out["by_label"][label] = sum(mine) / len(mine) if mine else None
+        mine = [v for v, p in zip(verdicts, held) if p.label == label]
+        out["by_label"][label] = mine.count(Verdict.CORRECT) / len(mine) if mine else None
         out["n_by_label"][label] = len(mine)
+        counts = sorted(Counter(mine).items(), key=lambda kv: (-kv[1], kv[0]))
+        out["verdicts"][label] = {v: c / len(mine) for v, c in counts}
     return out
 
 

@@ -69,6 +69,7 @@ def test_eval_reports_the_accuracy_per_label(tmp_path):
     got = rl.greedy_eval(tmp_path / "m", 30)
     assert got["accuracy"] == meta["greedy_pass_at_1"]["overall"]
     assert got["by_label"] == meta["greedy_pass_at_1"]["by_label"]
+    assert got["verdicts"] == meta["greedy_pass_at_1"]["verdicts"]
     assert sum(got["n_by_label"].values()) == got["n"] == 30
 
 
@@ -101,3 +102,17 @@ def test_probes_are_probe_split_problems_each_with_a_solution_the_reward_accepts
         assert r["label"] == label or (not label and r["label"] in LABELS)
     rl.main(["probes", "--out", str(tmp_path / "again.jsonl"), "--n", "7", "--label", label])
     assert read(tmp_path / "again.jsonl") == rows  # deterministic
+
+
+def test_the_demo_prints_the_commonest_verdicts_before_and_after():
+    from brorl.apps.demo_cmd import verdict_lines
+
+    before = {"easy": {"wrong_value": 0.7, "correct": 0.2, "reused_number": 0.1}}
+    after = {
+        "easy": {"wrong_value": 0.5, "correct": 0.3, "reused_number": 0.15, "syntax": 0.05},
+        "hard": {"wrong_value": 1.0},
+    }
+    assert verdict_lines(before, after, top=3) == [
+        "easy: wrong_value 70.0% → 50.0%, correct 20.0% → 30.0%, reused_number 10.0% → 15.0%",
+        "hard: wrong_value 0.0% → 100.0%",
+    ]

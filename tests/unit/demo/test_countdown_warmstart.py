@@ -20,6 +20,7 @@ from demo.countdown.warmstart import (
     pass_at_ks,
     padded,
     read_marker,
+    tally,
     warmstart,
 )
 
@@ -98,6 +99,36 @@ def test_the_judge_is_the_reward_checker():
         assert slip is None or not is_correct(slip, p)
 
 
+def test_tally_counts_each_verdict_per_label_and_the_correct_ones_as_pass_at_1():
+    from demo.countdown.solver import sample_solution, to_text
+
+    rng = random.Random(3)
+    held = [p for p in heldout(60) if p.label == "easy"][:4] + [
+        p for p in heldout(60) if p.label == "hard"
+    ][:2]
+    right = [to_text(sample_solution(p.numbers, p.target, rng)) for p in held]
+    a = held[1].numbers[0]
+    texts = [
+        right[0],
+        f"{a}+{a}+" + "+".join(map(str, held[1].numbers[1:])),  # the first number twice
+        right[2],
+        "",
+        "(" + right[4],  # unbalanced
+        right[5] + "…",  # a completion that never stopped (demo.evaluate marks it)
+    ]
+    got = tally(texts, held)
+    assert got["overall"] == pytest.approx(2 / 6) and got["n"] == 6
+    assert got["by_label"] == {"easy": 0.5, "medium": None, "hard": 0.0}
+    assert got["n_by_label"] == {"easy": 4, "medium": 0, "hard": 2}
+    assert got["verdicts"]["easy"] == {"correct": 0.5, "no_expression": 0.25,
+                                       "reused_number": 0.25}  # fmt: skip
+    assert list(got["verdicts"]["easy"]) == ["correct", "no_expression", "reused_number"]
+    assert got["verdicts"]["hard"] == {"bad_character": 0.5, "syntax": 0.5}
+    assert got["verdicts"]["medium"] == {}
+    with pytest.raises(ValueError):  # one completion per problem
+        tally(texts[:5], held)
+
+
 def test_rates_per_label_reach_the_demonstrator():
     d = CountdownWarmstartConfig(easy=0.5, medium=0.2, hard=0.01).demonstrator()
     assert (d.rate("easy"), d.rate("medium"), d.rate("hard")) == (0.5, 0.2, 0.01)
@@ -111,6 +142,9 @@ def test_tiny_warmstart_end_to_end_then_cached(tmp_path, monkeypatch):
     assert (tmp_path / "ws" / "model.safetensors").exists()
     greedy = meta["greedy_pass_at_1"]
     assert greedy["n"] == 40 and set(greedy["by_label"]) == {"easy", "medium", "hard"}
+    for label, shares in greedy["verdicts"].items():  # every answer has one verdict
+        assert sum(shares.values()) == pytest.approx(1.0) or greedy["n_by_label"][label] == 0
+        assert shares.get("correct", 0.0) == pytest.approx(greedy["by_label"][label] or 0.0)
     assert sum(greedy["n_by_label"].values()) == 40 and 0 <= greedy["overall"] <= 1
     assert meta["hard_sampled"]["n"] == 2 and set(meta["hard_sampled"]["pass_at_k"]) == {
         "1", "2", "4"
