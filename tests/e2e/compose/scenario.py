@@ -123,13 +123,19 @@ class Kill:
     groups: dict[str, str]  # job id -> group id
 
 
+# A publish the worker wrote to its socket just before it froze still reaches Redis (the kernel
+# sends it, not the frozen process) and can land after the held jobs are read: wait that out.
+IN_FLIGHT_S = 1.0
+
+
 def kill_worker_holding_a_job(compose: Compose, redis_url: str, run_id: str, timeout=120) -> Kill:
     """SIGKILL a rollout container while it holds an unpublished job; the jobs it held.
 
     A job takes a fraction of a second, less than a `docker kill` on a loaded machine, so the
     container is frozen first (`docker pause`): frozen, it cannot publish, and what it holds
-    then is what it holds when it dies. One whose jobs were published meanwhile is thawed and
-    the next held job is tried, as is one the freezer could not freeze."""
+    once its last in-flight command has landed is what it holds when it dies. One whose jobs
+    were published meanwhile is thawed and the next held job is tried, as is one the freezer
+    could not freeze."""
     r, keys = q.connect(redis_url), q.keys(run_id)
     hosts = {
         c["Config"]["Hostname"]: c["Id"]
@@ -152,6 +158,7 @@ def kill_worker_holding_a_job(compose: Compose, redis_url: str, run_id: str, tim
             unfrozen += 1
             time.sleep(0.2)
             continue
+        time.sleep(IN_FLIGHT_S)
         jobs, groups = {}, {}
         for p in r.xpending_range(keys["prompts"], ConsumerGroup.ROLLOUT, "-", "+", 100):
             entry = p["message_id"].decode()
