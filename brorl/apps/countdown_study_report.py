@@ -12,6 +12,7 @@ import statistics
 import sys
 from pathlib import Path
 
+from brorl.apps import plateau
 from brorl.apps.recipe import mean_std
 from brorl.apps.study_cmd import read_metrics
 
@@ -182,15 +183,22 @@ def write_tables(report: dict, path: Path) -> None:
     sat = report.get("saturation")
     if sat:
         after = [p["accuracy"] for r in report["runs"] if r.get("continued") for p in r["curve"]]
+        before = [ws["accuracy"]] + [
+            p["accuracy"] for p in sat["curve"] if p["step"] <= sat["step"]
+        ]
+        rise = plateau.rise_after(before, after) if after else None
+        held = "-" if rise is None else "yes" if rise <= cfg["plateau_min_gain"] else "**no**"
         lines += [
             "### Saturation (N = %d)" % cfg["small_n"],
             "",
             "| warm-start | evaluations | plateau reached | began at step | P (forked) | "
-            "accuracy at P | narrow arm after P (each evaluation) |",
-            "|---|---|---|---|---|---|---|",
+            "accuracy at P | narrow arm after P (each evaluation) | best after − best to P | "
+            f"held (≤ {cfg['plateau_min_gain']}) |",
+            "|---|---|---|---|---|---|---|---|---|",
             f"| {ws['accuracy']:.3f} | {len(sat['curve'])} | "
             f"{'yes' if sat['plateau_reached'] else 'no'} | {sat['plateau_start_step']} | "
-            f"{sat['step']} | {sat['accuracy']:.3f} | {', '.join(f'{a:.3f}' for a in after)} |",
+            f"{sat['step']} | {sat['accuracy']:.3f} | {', '.join(f'{a:.3f}' for a in after)} | "
+            f"{'-' if rise is None else f'{rise:+.3f}'} | {held} |",
             "",
             "Saturation curve (step: accuracy): "
             + ", ".join(f"{p['step']}: {p['accuracy']:.3f}" for p in sat["curve"]),

@@ -83,3 +83,16 @@ def plateau_start(values: Sequence[float], window: int, min_gain: float) -> int 
     while e0 - 1 >= 0 and flat[e0 - 1]:
         e0 -= 1
     return e0 + 1 - window
+
+
+def rise_after(before: Sequence[float], after: Sequence[float]) -> float:
+    """How far the evaluations ``after`` a plateau was called rose above it: the best of
+    ``after`` minus the best of ``before`` (the curve up to and including the plateau step).
+
+    The plateau *held* through the later window iff this is <= the rule's ``min_gain`` (the
+    rule's own test, with the later window as "recent"); negative when every later evaluation
+    is below the earlier best. Both must be non-empty and finite (ValueError otherwise)."""
+    if not before or not after:
+        raise ValueError("before and after must both hold at least one evaluation")
+    b, a = _check(before, 1, 0.0), _check(after, 1, 0.0)
+    return max(a) - max(b)

@@ -3,6 +3,7 @@
 budget), the evaluated points, and the per-label shares from the learner's counters."""
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -65,3 +66,18 @@ def test_mechanism_shares_are_counter_differences_over_the_window():
     assert got["all_equal_share"]["all"] == pytest.approx((14 + 2) / 28)
     assert got["probe_mean_change"] == pytest.approx(0.125)
     assert got["probe_updates_lowering"] == 0.5 and got["eur_mean"] == 0.25
+
+
+def test_the_saturation_table_says_whether_the_plateau_held_after_p(tmp_path):
+    # the study of docs/countdown/ (2026-12-02): best to P 0.150, the narrow arm's first
+    # evaluation after P 0.170 -> rose 2 points, more than plateau_min_gain (1 point)
+    report = json.loads(Path("docs/countdown/results.json").read_text())
+    rep.write_tables(report, tmp_path / "tables.md")
+    row = (tmp_path / "tables.md").read_text().split("### Saturation")[1].splitlines()[4]
+    assert row.endswith("| +0.020 | **no** |"), row
+    [narrow] = [r for r in report["runs"] if r.get("continued")]
+    for point in narrow["curve"]:
+        point["accuracy"] = min(point["accuracy"], 0.158)  # 0.8 points over the best: held
+    rep.write_tables(report, tmp_path / "tables.md")
+    row = (tmp_path / "tables.md").read_text().split("### Saturation")[1].splitlines()[4]
+    assert row.endswith("| +0.008 | yes |"), row

@@ -5,7 +5,7 @@ import random
 
 import pytest
 
-from brorl.apps.plateau import plateau_reached, plateau_start
+from brorl.apps.plateau import plateau_reached, plateau_start, rise_after
 
 
 def test_flat_after_rising_is_a_plateau_starting_where_it_flattened():
@@ -99,3 +99,24 @@ def test_plateau_start_agrees_with_plateau_reached_on_every_prefix():
         prefix = curve[: e + 1]
         reached = plateau_reached(prefix, window=4, min_gain=0.02)
         assert (plateau_start(prefix, window=4, min_gain=0.02) is not None) == reached
+
+
+def test_rise_after_is_the_later_best_over_the_earlier_best():
+    before, after = [0.12, 0.15, 0.12, 0.143, 0.147, 0.133], [0.17, 0.143, 0.137, 0.14]
+    assert rise_after(before, after) == pytest.approx(0.02)  # 0.17 - 0.15: broken at 1 point
+    assert rise_after(before, [0.149, 0.10]) == pytest.approx(-0.001)  # held, below the best
+    assert rise_after([0.3], [0.2, 0.31, 0.25]) == pytest.approx(0.01)  # the best, not the last
+    # held iff the rule called on before + each later value would still call it flat
+    rng = random.Random(1)
+    for _ in range(200):
+        b = [rng.uniform(0, 1) for _ in range(rng.randint(1, 7))]
+        a = [rng.uniform(0, 1) for _ in range(rng.randint(1, 5))]
+        g = rng.choice([0.0, 0.01, 0.05])
+        held = all(plateau_reached(b + [x], window=1, min_gain=g) for x in a)
+        assert (rise_after(b, a) <= g) == held
+
+
+@pytest.mark.parametrize("before, after", [([], [0.1]), ([0.1], []), ([0.1], [math.nan])])
+def test_rise_after_refuses_empty_or_non_finite(before, after):
+    with pytest.raises(ValueError):
+        rise_after(before, after)
