@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Literal, Sequence, TypeVar
 
 import yaml
-from pydantic import Field, field_validator
+from pydantic import Field, field_validator, model_validator
 
 from brorl.apps.cluster.launcher import REPO_ROOT, ClusterSpec
 from brorl.config.base import StrictModel, deep_merge, parse_overrides, parse_text, validate
@@ -70,6 +70,11 @@ class RecipeConfig(StrictModel):
         20000,
         ge=100,
         description="Prompts written to the RL prompt set (disjoint from the held-out problems).",
+    )
+    train_labels: list[Literal["easy", "medium", "hard"]] = Field(
+        default_factory=list,
+        description="Countdown only: RL prompts of these difficulty labels only (none: every "
+        "label); the held-out evaluation keeps every label.",
     )
     eval_problems: int = Field(
         200, ge=50, description="Held-out problems of each greedy-accuracy evaluation."
@@ -123,6 +128,12 @@ class RecipeConfig(StrictModel):
     def _flags_as_text(cls, value):
         # `warmstart=[--steps,150]` on the command line parses 150 as a number
         return [str(v) for v in value] if isinstance(value, list) else value
+
+    @model_validator(mode="after")
+    def _labels_of_countdown(self):
+        if self.train_labels and self.task != "countdown":
+            raise ValueError(f"train_labels: task {self.task!r} has no difficulty labels")
+        return self
 
 
 R = TypeVar("R", bound=RecipeConfig)

@@ -42,6 +42,7 @@ def prepare(cfg, work: Path, python_module):
         python_module(
             "demo.countdown.rl", "data", "--out", str(data), "--n", str(cfg.train_problems),
             "--heldout-out", str(held), "--heldout-n", str(cfg.eval_problems),
+            *(["--labels", *cfg.train_labels] if cfg.train_labels else []),
         )  # fmt: skip
         return model, data, held, evaluate(cfg, model, cfg.eval_problems, python_module)
     model, data = work / "warmstart", work / "train.jsonl"

@@ -28,9 +28,23 @@ from pathlib import Path
 import random
 
 from demo.countdown.solver import sample_solution, to_text
-from demo.countdown.task import heldout, probes, problems, rows
+from demo.countdown.task import LABELS, Problem, heldout, probes, problems, rows
 
 RL_DATA_SEED = 2  # the warm-start draws its examples with seed 1 (CountdownWarmstartConfig)
+
+
+def train_set(n: int, labels: list[str] | None = None) -> list[Problem]:
+    """The RL prompt set: the first ``n`` problems of the train split (seed RL_DATA_SEED), or
+    with ``labels`` the first ``n`` of those labels in the same order (a prefix of the split
+    filtered, so a larger ``n`` extends the set)."""
+    if not labels:
+        return problems(n, "train", RL_DATA_SEED)
+    drawn = 2 * n
+    while True:
+        picked = [p for p in problems(drawn, "train", RL_DATA_SEED) if p.label in labels]
+        if len(picked) >= n:
+            return picked[:n]
+        drawn *= 2
 
 
 def write_rows(path: str | Path, items) -> None:
@@ -109,6 +123,8 @@ def main(argv=None) -> int:
     d.add_argument("--n", type=int, default=20_000, help="RL prompts (train split)")
     d.add_argument("--heldout-out", required=True, help="held-out prompts (JSONL)")
     d.add_argument("--heldout-n", type=int, default=300, help="held-out prompts")
+    d.add_argument("--labels", nargs="+", choices=LABELS, default=[],
+                   help="RL prompts of these labels only (default: every label)")  # fmt: skip
     e = sub.add_parser("eval", help="greedy pass@1 on held-out problems (one JSON line)")
     e.add_argument("--model", required=True, help="a model directory")
     e.add_argument("--n", type=int, default=1000, help="held-out problems")
@@ -146,7 +162,7 @@ def main(argv=None) -> int:
     if args.cmd == "data":
         if args.n < 1 or args.heldout_n < 1:
             ap.error("--n and --heldout-n must be at least 1")
-        write_rows(args.out, problems(args.n, "train", RL_DATA_SEED))
+        write_rows(args.out, train_set(args.n, args.labels))
         write_rows(args.heldout_out, heldout(args.heldout_n))
         return 0
     if args.n < 1:

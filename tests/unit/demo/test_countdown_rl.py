@@ -38,6 +38,42 @@ def test_data_writes_labelled_prompt_sets_of_their_own_splits(tmp_path):
     assert {r["label"] for r in train_rows} == set(LABELS)  # every stratum is trained on
 
 
+def test_data_of_chosen_labels_is_the_split_filtered_in_its_own_order(tmp_path):
+    train, held = tmp_path / "train.jsonl", tmp_path / "held.jsonl"
+    rl.main(["data", "--out", str(train), "--n", "150", "--heldout-out", str(held),
+             "--heldout-n", "40", "--labels", "easy", "medium"])  # fmt: skip
+    rows = read(train)
+    assert len(rows) == 150 and {r["label"] for r in rows} == {"easy", "medium"}
+    every = rl.train_set(400)  # the unfiltered split: the labelled set is its filtered prefix
+    assert [r["reference"] for r in rows] == [
+        p.reference for p in every if p.label in ("easy", "medium")
+    ][:150]
+    assert {r["label"] for r in read(held)} == set(LABELS)  # the evaluation keeps every label
+    hard = rl.train_set(30, ["hard"])
+    assert [p.label for p in hard] == ["hard"] * 30 and rl.train_set(10, ["hard"]) == hard[:10]
+
+
+def test_train_labels_reach_the_data_command_and_only_countdown_takes_them(tmp_path):
+    from brorl.apps import tasks
+    from brorl.apps.demo_cmd import DemoConfig
+    from brorl.apps.recipe import CONFIGS, load_recipe
+
+    cfg = load_recipe(DemoConfig, CONFIGS / "countdown.yaml", ["train_labels=[easy]"])
+    calls = []
+
+    def python_module(*args, capture=False):  # records the commands; eval answers as rl.py does
+        calls.append(args)
+        return json.dumps({"accuracy": 0.0, "by_label": {}, "verdicts": {}}) if capture else ""
+
+    tasks.prepare(cfg, tmp_path, python_module)
+    [data] = [c for c in calls if c[:2] == ("demo.countdown.rl", "data")]
+    assert data[-2:] == ("--labels", "easy")
+    with pytest.raises(Exception, match="train_labels"):
+        load_recipe(DemoConfig, CONFIGS / "demo.yaml", ["train_labels=[easy]"])
+    with pytest.raises(Exception, match="train_labels"):
+        load_recipe(DemoConfig, CONFIGS / "countdown.yaml", ["train_labels=[tricky]"])
+
+
 def test_the_references_are_what_the_reward_reads(tmp_path):
     train, held = tmp_path / "train.jsonl", tmp_path / "held.jsonl"
     rl.main(["data", "--out", str(train), "--n", "20", "--heldout-out", str(held),
