@@ -183,9 +183,7 @@ def write_tables(report: dict, path: Path) -> None:
     sat = report.get("saturation")
     if sat:
         after = [p["accuracy"] for r in report["runs"] if r.get("continued") for p in r["curve"]]
-        before = [ws["accuracy"]] + [
-            p["accuracy"] for p in sat["curve"] if p["step"] <= sat["step"]
-        ]
+        before = [ws["accuracy"]] + [p["accuracy"] for p in sat["curve"]]  # ends at P
         rise = plateau.rise_after(before, after) if after else None
         held = "-" if rise is None else "yes" if rise <= cfg["plateau_min_gain"] else "**no**"
         lines += [

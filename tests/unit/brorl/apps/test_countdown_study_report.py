@@ -3,11 +3,11 @@
 budget), the evaluated points, and the per-label shares from the learner's counters."""
 
 import json
-from pathlib import Path
 
 import pytest
 
 from brorl.apps import countdown_study_report as rep
+from brorl.apps.cluster.launcher import REPO_ROOT
 
 
 def write_run(path, lines):
@@ -71,7 +71,7 @@ def test_mechanism_shares_are_counter_differences_over_the_window():
 def test_the_saturation_table_says_whether_the_plateau_held_after_p(tmp_path):
     # the study of docs/countdown/ (2026-12-02): best to P 0.150, the narrow arm's first
     # evaluation after P 0.170 -> rose 2 points, more than plateau_min_gain (1 point)
-    report = json.loads(Path("docs/countdown/results.json").read_text())
+    report = json.loads((REPO_ROOT / "docs" / "countdown" / "results.json").read_text())
     rep.write_tables(report, tmp_path / "tables.md")
     row = (tmp_path / "tables.md").read_text().split("### Saturation")[1].splitlines()[4]
     assert row.endswith("| +0.020 | **no** |"), row
