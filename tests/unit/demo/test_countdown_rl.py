@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import typing
 from pathlib import Path
 
 import pytest
@@ -72,6 +73,9 @@ def test_train_labels_reach_the_data_command_and_only_countdown_takes_them(tmp_p
         load_recipe(DemoConfig, CONFIGS / "demo.yaml", ["train_labels=[easy]"])
     with pytest.raises(Exception, match="train_labels"):
         load_recipe(DemoConfig, CONFIGS / "countdown.yaml", ["train_labels=[tricky]"])
+    # the recipe (brorl/apps may not import demo) spells the task's labels out: they must agree
+    [label_type] = typing.get_args(DemoConfig.model_fields["train_labels"].annotation)
+    assert typing.get_args(label_type) == LABELS
 
 
 def test_the_references_are_what_the_reward_reads(tmp_path):
