@@ -54,3 +54,15 @@ def test_the_study_refuses_another_task_naming_the_setting():
     with pytest.raises(InvalidArgument, match="`brorl study countdown` runs the countdown task"):
         recipe.require_task(cfg, "countdown", "study countdown")
     recipe.require_task(config(), "countdown", "study countdown")  # its own config passes
+
+
+def test_the_study_keeps_its_own_prompts_and_temperature_whatever_the_demo_recipe_sets(tmp_path):
+    # configs/countdown.yaml may train on easy prompts at another temperature; the study's
+    # results were measured on prompts of every label (the hard ones are its subject) at
+    # temperature 1, and its config says so itself rather than inheriting the demo's choice
+    cfg = config()
+    assert cfg.train_labels == []
+    inputs = DemoInputs(tmp_path, tmp_path / "train.jsonl", 0.1)
+    rc = countdown_study.arm_config(cfg, inputs, tmp_path / "probes.jsonl", 16, 0)
+    assert rc.sampling.temperature == 1.0
+    assert (rc.train.groups_per_step, rc.train.lr, rc.train.lr_decay) == (8, 5e-4, "constant")
