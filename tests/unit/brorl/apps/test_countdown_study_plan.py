@@ -65,4 +65,7 @@ def test_the_study_keeps_its_own_prompts_and_temperature_whatever_the_demo_recip
     inputs = DemoInputs(tmp_path, tmp_path / "train.jsonl", 0.1)
     rc = countdown_study.arm_config(cfg, inputs, tmp_path / "probes.jsonl", 16, 0)
     assert rc.sampling.temperature == 1.0
-    assert (rc.train.groups_per_step, rc.train.lr, rc.train.lr_decay) == (8, 5e-4, "constant")
+    train = rc.train
+    assert (train.groups_per_step, train.lr, train.lr_warmup_steps, train.lr_decay) == (
+        8, 5e-4, 0, "constant"
+    )
