@@ -17,6 +17,10 @@ Reported:
 * ``rollout_alone_paths_per_s``: the same workers generating and scoring the same kind of groups
   with no learner (one client thread per worker calling Generate then ScoreBatch), and
   ``pipeline_ratio`` = paths_per_s / rollout_alone_paths_per_s;
+* ``learner_alone_paths_per_s``: the run's generated paths per step ÷ the standalone update's
+  seconds (below), the pace of a learner that never waits; ``bottleneck_ratio`` = paths_per_s /
+  the slower of the two alone (the pipeline ratio when the rollout bounds the run; where the
+  learner does, as in the long shape, the share of the learner's own pace the pipeline keeps);
 * ``step_phases_s``: mean seconds per step of each learner phase (wait for data, batch,
   forward, backward, optimizer, publish) and, per group, the rollout's generate seconds (and
   within them vLLM's queue, prefill and decode seconds), score seconds, the Redis publish of
@@ -25,9 +29,10 @@ Reported:
   backward + optimizer seconds), over a peak GEMM FLOP/s measured here with the learner's
   thread count;
   ``learner_standalone_flops_over_peak``: the same update shape (the run's model, N, groups per
-  step, micro-batch and threads; synthetic 2-6-token completions; the same forward + backward +
-  optimizer phases; default lr and no KL) timed alone after the cluster
-  stopped (bench/learner_update.py), and ``learner_in_pipeline_ratio`` = in-pipeline ÷ alone;
+  step, micro-batch, epochs, minibatches and threads; synthetic completions as long as the
+  run's on average and padded to the run's length, ``completion_range``; the same forward +
+  backward + optimizer phases; default lr and no KL) timed alone after the cluster stopped
+  (bench/learner_update.py), and ``learner_in_pipeline_ratio`` = in-pipeline ÷ alone;
 * ``rollout_reload_share``: a worker's seconds applying published weights ÷ its seconds
   generating plus applying (per group, means over the run);
 * ``accuracy_curve`` and ``seconds_to_target``: held-out greedy accuracy of the published
@@ -69,7 +74,8 @@ PHASES = ("wait", "batch", "forward", "backward", "optimizer", "publish", "publi
 KEYS = ("bench", "cluster_start_s", "rl_s", "paths_per_s", "rollout_alone_paths_per_s",
         "pipeline_ratio", "step_phases_s", "learner_flops_over_peak",
         "learner_standalone_flops_over_peak", "learner_in_pipeline_ratio", "rollout_reload_share",
-        "accuracy_curve", "seconds_to_target")  # fmt: skip
+        "learner_alone_paths_per_s", "bottleneck_ratio", "accuracy_curve",
+        "seconds_to_target")  # fmt: skip
 
 
 def log(msg: str) -> None:
@@ -231,6 +237,8 @@ def main() -> None:
         peak = peak_gemm_flops(max(cfg.threads_per_process, 1))
         paths = sum(m.get("learner/paths", 0.0) for m in steps)
         completion = sum(m.get("learner/tokens", 0.0) for m in steps) / max(paths, 1.0)
+        # completion positions a path had in its padded micro-batch (Batch.positions: C - 1)
+        padded = sum(m.get("learner/positions", 0.0) for m in steps) / max(paths, 1.0) + 1
         prompt_tokens = _prompt_tokens(inputs.model, prompts[0]["prompt"]) if long else 6
         log("the same update alone ...")
         alone_update = run_update(
@@ -242,15 +250,20 @@ def main() -> None:
                 n=run_cfg.sampling.n,
                 steps=3,
                 micro_batch=run_cfg.train.micro_batch_paths,
-                # the run's shape: the demo's 6-token prompts and 2-6-token completions, or the
-                # long shape's prompt and the run's mean completion length
+                # the run's shape: its prompt length, and completions as long as the run's on
+                # average and padded as long as the run's micro-batches were
                 prompt_tokens=prompt_tokens,
-                completion_tokens=(round(completion),) * 2 if long else (2, 6),
+                completion_tokens=completion_range(completion, padded),
+                epochs=epochs,
+                minibatches=run_cfg.train.passes()[1],
             ),
         )
         # the same phases on both sides: forward + backward + optimizer (0: a revision without them)
         alone_s = min(alone_update["compute_seconds"]) or min(alone_update["seconds"])
-        alone_flops = 6 * params * alone_update["positions"] / alone_s
+        alone_flops = 6 * params * epochs * alone_update["positions"] / alone_s
+        # the rate at which a learner that never waited would take what the rollout generates
+        # (a step trains on fewer paths than were generated for it when groups are dropped)
+        learner_alone = generated / len(steps) / min(alone_update["seconds"])
         generate = phases["rollout_generate_per_group"]
         reload_share = phases["rollout_reload_per_group"] / max(
             generate + phases["rollout_reload_per_group"], 1e-9
@@ -272,6 +285,8 @@ def main() -> None:
                 "paths_per_s": generated / rl_s,
                 "rollout_alone_paths_per_s": alone,
                 "pipeline_ratio": generated / rl_s / alone,
+                "learner_alone_paths_per_s": learner_alone,
+                "bottleneck_ratio": generated / rl_s / min(alone, learner_alone),
                 "step_phases_s": phases,
                 "learner_flops_over_peak": flops / peak,
                 "learner_flops": flops,
@@ -287,6 +302,15 @@ def main() -> None:
             }
         )
     )
+
+
+def completion_range(mean: float, padded: float) -> tuple[int, int]:
+    """Completion lengths (lo, hi), drawn uniformly by the standalone update, whose longest is
+    the run's padded length and whose mean is the run's mean: an update of a tiny model costs
+    about the same per micro-batch whatever its length, so FLOP/s measured on longer synthetic
+    completions than the run's would call the run's own update slow."""
+    hi = max(round(padded), 1)
+    return min(max(round(2 * mean - hi), 1), hi), hi
 
 
 def _prompt_tokens(model_dir: Path, prompt: str) -> int:

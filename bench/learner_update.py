@@ -51,7 +51,9 @@ for g in range(args["groups"]):
                         reward=float(rng.random() < 0.5), sampling=common_pb2.SamplingParams(
                             n=args["n"], temperature=1.0, top_k=-1, top_p=1.0, max_tokens=6))
     groups.append(group)
-train = TrainConfig(lr=2e-4, micro_batch_paths=args["micro_batch"])
+# the run's optimizer steps per update (bench/e2e.py passes its recipe's epochs and minibatches)
+passes = {k: args[k] for k in ("epochs", "minibatches") if args.get(k, 1) != 1}
+train = TrainConfig(lr=2e-4, micro_batch_paths=args["micro_batch"], **passes)
 try:
     from services.learner.model.policy import Policy
     policy = Policy(args["model"], train)
@@ -112,6 +114,9 @@ def run_update(checkout: Path, model: str, args) -> dict:
         # the demo's shape unless the caller gives another (bench/e2e.py --shape long)
         "prompt_tokens": getattr(args, "prompt_tokens", 6),
         "completion_tokens": list(getattr(args, "completion_tokens", (2, 6))),
+        # optimizer steps per update: one unless the caller's recipe takes several
+        "epochs": getattr(args, "epochs", 1),
+        "minibatches": getattr(args, "minibatches", 1),
     }
     out = subprocess.run(
         [sys.executable, "-c", RUNNER, json.dumps(spec)],

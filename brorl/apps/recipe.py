@@ -61,9 +61,10 @@ class RecipeConfig(StrictModel):
         "auto",
         pattern=r"^(auto|spread|nobind|[0-9][0-9,\-]*)$",
         description=(
-            "Cores of each rollout worker's vLLM engine: 'spread' pins worker i to the i-th "
-            "core, 'auto' lets vLLM choose (every engine on core 0 of a 2-core machine), "
-            "'nobind' leaves it to the OS, or a core list for every worker."
+            "Cores of each rollout worker: 'spread' pins worker i to the i-th core, 'auto' "
+            "every core but the last (vLLM's choice: core 0 of a 2-core machine), or a core "
+            "list for every worker; the reward service shares the workers' cores and the "
+            "learner gets the others (brorl/apps/cluster/placement.py). 'nobind' pins nothing."
         ),
     )
     train_problems: int = Field(

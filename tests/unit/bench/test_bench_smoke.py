@@ -78,9 +78,11 @@ SMOKE = {
     ),
     "e2e": Smoke(
         ("--workdir", "{tmp}/work", "--base-port", "{base_port}", "--eval-every", "2")
-        + ("--rollout-seconds", "2", "run.sampling.n=8", "run.train.steps=2")
+        + ("--rollout-seconds", "2", "run.sampling.n=16", "run.train.steps=2")
         + ("run.train.groups_per_step=1", "eval_problems=200", "train_problems=100")
-        + ("warmstart=[--steps,5,--eval-problems,50]",),
+        # a warm-start that answers some problems: after 5 steps every group was all wrong and
+        # the run ended on the 500-group streak guard
+        + ("warmstart=[--steps,300,--eval-problems,50]",),
         CLUSTER + (pytest.mark.redis,),
         timeout_s=600,
     ),

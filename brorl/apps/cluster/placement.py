@@ -1,0 +1,90 @@
+"""Which cores each process of a local cluster may run on.
+
+Why the launcher pins its services: on the 2-core VMs brorl is developed on, the kernel packs
+runnable threads onto as few vCPUs as it can (``sched_vcpu_pack`` on its command line). An
+unpinned vLLM engine sampled at half speed beside a process pinned to the other core, and at full
+speed once pinned itself; in the demo pipeline pinning made the learner's update and the run a
+few percent faster (docs/performance.md, "A like-for-like standalone learner, and pinned
+services"). vLLM's own binding (``VLLM_CPU_OMP_THREADS_BIND``) cannot do it for the default
+in-process engine: it is applied by setting OpenMP's environment for vLLM's child processes, and
+in the rollout service's own process OpenMP is already running by then.
+
+The rule, from the recipe's ``rollout_cpu_bind`` and the cores this process may use:
+
+* rollout worker i: its engine's cores: ``auto`` every core but the last (what vLLM's ``auto``
+  picks: it keeps the last core free), ``spread`` the i-th core, a core list that list; a worker
+  with more threads than those cores is not pinned (its OpenMP threads would take turns);
+* reward and environment services: the workers' cores: they compute while a worker waits for
+  their answer, so they take no time from the worker there and none from the learner;
+* learner: the cores no worker has, when there is one for each of its threads (ranks × torch
+  threads; else unpinned: ranks squeezed onto fewer cores would wait for each other at every
+  collective);
+* ``nobind``: nothing is pinned (the operating system places every thread).
+
+A process's threads inherit its affinity, so pinning the process right after it starts (before
+it imports anything that starts threads) pins all of them.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+
+log = logging.getLogger(__name__)
+
+Cores = frozenset[int] | None  # None: not pinned
+
+
+def parse_cores(spec: str) -> frozenset[int]:
+    """``"0-2,5"`` → {0, 1, 2, 5}."""
+    cores: set[int] = set()
+    for part in spec.split(","):
+        lo, _, hi = part.partition("-")
+        cores.update(range(int(lo), int(hi or lo) + 1))
+    return frozenset(cores)
+
+
+def worker_cores(mode: str, index: int, usable: list[int]) -> Cores:
+    """The cores of rollout worker ``index`` under ``rollout_cpu_bind`` ``mode``, within
+    ``usable`` (sorted); None for ``nobind`` or a list with none of the usable cores."""
+    if mode == "nobind":
+        return None
+    if mode == "spread":
+        return frozenset({usable[index % len(usable)]})
+    if mode == "auto":
+        return frozenset(usable[:-1] if len(usable) > 1 else usable)
+    return parse_cores(mode) & frozenset(usable) or None
+
+
+def placement(
+    mode: str,
+    workers: int,
+    usable: list[int],
+    worker_threads: int = 1,
+    learner_threads: int = 1,
+) -> dict[str, Cores]:
+    """Service name (``rollout-<i>``, ``reward``, ``env``, ``learner``) → its cores, for workers
+    of ``worker_threads`` OpenMP threads each and a learner of ``learner_threads`` in all."""
+    usable = sorted(usable)
+    out: dict[str, Cores] = {}
+    for i in range(workers):
+        cores = worker_cores(mode, i, usable)
+        out[f"rollout-{i}"] = cores if cores and len(cores) >= worker_threads else None
+    pinned = [c for c in out.values() if c is not None]
+    if not pinned:
+        return {**out, "reward": None, "env": None, "learner": None}
+    taken = frozenset().union(*pinned)
+    helpers = taken if taken != frozenset(usable) else None
+    rest = frozenset(usable) - taken
+    learner = rest if len(rest) >= max(learner_threads, 1) else None
+    return {**out, "reward": helpers, "env": helpers, "learner": learner}
+
+
+def pin(pid: int, cores: Cores) -> None:
+    """Restrict process ``pid`` (its threads to come with it) to ``cores``; None: leave it."""
+    if cores is None:
+        return
+    try:
+        os.sched_setaffinity(pid, cores)
+    except OSError as exc:  # gone already, or cores this machine does not have
+        log.warning("could not pin pid %d to cores %s: %s", pid, sorted(cores), exc)

@@ -1,0 +1,92 @@
+"""Which cores the local cluster's services run on (brorl/apps/cluster/placement.py)."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import pytest
+
+from brorl.apps.cluster import placement
+from brorl.apps.cluster.launcher import Cluster, ClusterSpec
+
+
+def test_auto_on_two_cores_gives_the_workers_and_reward_core_0_and_the_learner_core_1():
+    cores = placement.placement("auto", 1, [0, 1])
+    assert cores == {
+        "rollout-0": {0},
+        "reward": {0},
+        "env": {0},
+        "learner": {1},
+    }
+
+
+def test_auto_keeps_the_last_usable_core_for_the_learner_whatever_the_numbering():
+    cores = placement.placement("auto", 2, [7, 3, 5])
+    assert cores["rollout-0"] == cores["rollout-1"] == {3, 5}
+    assert cores["reward"] == {3, 5}
+    assert cores["learner"] == {7}
+
+
+def test_spread_gives_worker_i_the_ith_core_and_leaves_the_learner_unpinned_when_none_is_left():
+    cores = placement.placement("spread", 3, [0, 1])
+    assert [cores[f"rollout-{i}"] for i in range(3)] == [{0}, {1}, {0}]
+    # every core has a worker: the helpers and the learner may run anywhere
+    assert cores["reward"] is None and cores["learner"] is None
+
+
+def test_spread_with_spare_cores_gives_them_to_the_learner():
+    cores = placement.placement("spread", 2, [0, 1, 2, 3])
+    assert cores["reward"] == {0, 1}
+    assert cores["learner"] == {2, 3}
+
+
+def test_a_learner_of_several_threads_is_pinned_only_where_each_gets_a_core():
+    assert placement.placement("auto", 1, [0, 1], learner_threads=2)["learner"] is None
+    assert placement.placement("0", 1, [0, 1, 2], learner_threads=2)["learner"] == {1, 2}
+    assert placement.placement("0", 1, [0, 1, 2], learner_threads=3)["learner"] is None
+
+
+def test_a_worker_with_more_threads_than_its_cores_is_not_pinned():
+    cores = placement.placement("auto", 1, [0, 1], worker_threads=2, learner_threads=2)
+    assert set(cores.values()) == {None}
+    cores = placement.placement("spread", 2, [0, 1, 2, 3], worker_threads=2)
+    assert cores["rollout-0"] is None and cores["rollout-1"] is None
+
+
+def test_a_core_list_is_cut_to_the_usable_cores():
+    cores = placement.placement("0-2,9", 1, [1, 2, 3])
+    assert cores["rollout-0"] == {1, 2}
+    assert cores["learner"] == {3}
+    # a list naming no usable core pins nothing
+    assert placement.placement("8", 1, [0, 1])["learner"] is None
+
+
+def test_nobind_and_a_single_core_machine_pin_nothing_anyone_could_not_share():
+    assert set(placement.placement("nobind", 2, [0, 1]).values()) == {None}
+    one = placement.placement("auto", 1, [4])
+    assert one["rollout-0"] == {4} and one["learner"] is None and one["reward"] is None
+
+
+@pytest.mark.parametrize("text,cores", [("3", {3}), ("0-2", {0, 1, 2}), ("5,1-2", {1, 2, 5})])
+def test_parse_cores(text, cores):
+    assert placement.parse_cores(text) == cores
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs two usable cores")
+def test_a_spawned_process_and_the_threads_it_starts_run_on_the_cores_it_was_given(tmp_path):
+    core = min(os.sched_getaffinity(0))
+    cluster = Cluster(ClusterSpec(model="-", workdir=tmp_path))
+    code = (
+        "import os, threading, time\n"
+        "seen = []\n"
+        "t = threading.Thread(target=lambda: seen.append(os.sched_getaffinity(0)))\n"
+        "t.start(); t.join()\n"
+        "print(sorted(os.sched_getaffinity(0)), sorted(seen[0]), flush=True)\n"
+    )
+    proc = cluster._spawn("probe", [sys.executable, "-c", code], frozenset({core}))
+    try:
+        assert proc.popen.wait(timeout=30) == 0
+    finally:
+        cluster.stop()
+    assert proc.log_path.read_text().split("\n")[0] == f"[{core}] [{core}]"
