@@ -231,7 +231,7 @@ def main() -> None:
             for ph in ("forward", "backward", "optimizer")
         )
         params = _parameters(inputs.model)
-        epochs = run_cfg.train.passes()[0]  # each pass reads every position of the step once
+        epochs, minibatches = run_cfg.train.passes()  # a pass reads each position once
         positions = epochs * sum(m.get("learner/positions", 0.0) for m in steps)
         flops = 6 * params * positions / max(compute_s, 1e-9)
         peak = peak_gemm_flops(max(cfg.threads_per_process, 1))
@@ -255,7 +255,7 @@ def main() -> None:
                 prompt_tokens=prompt_tokens,
                 completion_tokens=completion_range(completion, padded),
                 epochs=epochs,
-                minibatches=run_cfg.train.passes()[1],
+                minibatches=minibatches,
             ),
         )
         # the same phases on both sides: forward + backward + optimizer (0: a revision without them)

@@ -51,7 +51,8 @@ for g in range(args["groups"]):
                         reward=float(rng.random() < 0.5), sampling=common_pb2.SamplingParams(
                             n=args["n"], temperature=1.0, top_k=-1, top_p=1.0, max_tokens=6))
     groups.append(group)
-# the run's optimizer steps per update (bench/e2e.py passes its recipe's epochs and minibatches)
+# the run's optimizer steps per update (bench/e2e.py passes its recipe's epochs and minibatches);
+# only when not 1, so a --baseline revision whose TrainConfig lacks them still runs
 passes = {k: args[k] for k in ("epochs", "minibatches") if args.get(k, 1) != 1}
 train = TrainConfig(lr=2e-4, micro_batch_paths=args["micro_batch"], **passes)
 try:

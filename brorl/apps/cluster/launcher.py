@@ -323,8 +323,8 @@ def worker_cpu_bind(mode: str, index: int) -> str:
     """
     if mode != "spread":
         return mode
-    cores = sorted(os.sched_getaffinity(0))
-    return str(cores[index % len(cores)])
+    (core,) = placement.worker_cores(mode, index, sorted(os.sched_getaffinity(0)))
+    return str(core)
 
 
 def read_roots(spec: ClusterSpec) -> list[str]:
