@@ -53,7 +53,15 @@ def worker_cores(mode: str, index: int, usable: list[int]) -> Cores:
         return frozenset({usable[index % len(usable)]})
     if mode == "auto":
         return frozenset(usable[:-1] if len(usable) > 1 else usable)
-    return parse_cores(mode) & frozenset(usable) or None
+    wanted = parse_cores(mode)
+    if wanted - frozenset(usable):
+        log.warning(
+            "rollout_cpu_bind %r names cores this process may not use (%s); usable: %s",
+            mode,
+            sorted(wanted - frozenset(usable)),
+            usable,
+        )
+    return wanted & frozenset(usable) or None
 
 
 def placement(

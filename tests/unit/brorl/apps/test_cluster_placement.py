@@ -54,8 +54,9 @@ def test_a_worker_with_more_threads_than_its_cores_is_not_pinned():
     assert cores["rollout-0"] is None and cores["rollout-1"] is None
 
 
-def test_a_core_list_is_cut_to_the_usable_cores():
+def test_a_core_list_is_cut_to_the_usable_cores(caplog):
     cores = placement.placement("0-2,9", 1, [1, 2, 3])
+    assert "names cores this process may not use ([0, 9])" in caplog.text
     assert cores["rollout-0"] == {1, 2}
     assert cores["learner"] == {3}
     # a list naming no usable core pins nothing
