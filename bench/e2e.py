@@ -21,6 +21,10 @@ Reported:
   seconds (below), the pace of a learner that never waits; ``bottleneck_ratio`` = paths_per_s /
   the slower of the two alone (the pipeline ratio when the rollout bounds the run; where the
   learner does, as in the long shape, the share of the learner's own pace the pipeline keeps);
+* ``steady_paths_per_s``, ``steady_pipeline_ratio``, ``steady_bottleneck_ratio``: the same from
+  the end of the first step to the last (``steady_rate``): without the pipeline's fill, the
+  first step's wait for the run's first groups (vLLM's first calls, the first reload), which
+  a short run pays once and a long one amortizes;
 * ``step_phases_s``: mean seconds per step of each learner phase (wait for data, batch,
   forward, backward, optimizer, publish) and, per group, the rollout's generate seconds (and
   within them vLLM's queue, prefill and decode seconds), score seconds, the Redis publish of
@@ -74,7 +78,8 @@ PHASES = ("wait", "batch", "forward", "backward", "optimizer", "publish", "publi
 KEYS = ("bench", "cluster_start_s", "rl_s", "paths_per_s", "rollout_alone_paths_per_s",
         "pipeline_ratio", "step_phases_s", "learner_flops_over_peak",
         "learner_standalone_flops_over_peak", "learner_in_pipeline_ratio", "rollout_reload_share",
-        "learner_alone_paths_per_s", "bottleneck_ratio", "accuracy_curve",
+        "learner_alone_paths_per_s", "bottleneck_ratio", "steady_paths_per_s",
+        "steady_pipeline_ratio", "steady_bottleneck_ratio", "accuracy_curve",
         "seconds_to_target")  # fmt: skip
 
 
@@ -264,6 +269,9 @@ def main() -> None:
         # the rate at which a learner that never waited would take what the rollout generates
         # (a step trains on fewer paths than were generated for it when groups are dropped)
         learner_alone = generated / len(steps) / min(alone_update["seconds"])
+        steady = steady_rate(
+            [m["time"] for m in steps], [m["rollout/generated"] for m in steps], generated / rl_s
+        )
         generate = phases["rollout_generate_per_group"]
         reload_share = phases["rollout_reload_per_group"] / max(
             generate + phases["rollout_reload_per_group"], 1e-9
@@ -287,6 +295,9 @@ def main() -> None:
                 "pipeline_ratio": generated / rl_s / alone,
                 "learner_alone_paths_per_s": learner_alone,
                 "bottleneck_ratio": generated / rl_s / min(alone, learner_alone),
+                "steady_paths_per_s": steady,
+                "steady_pipeline_ratio": steady / alone,
+                "steady_bottleneck_ratio": steady / min(alone, learner_alone),
                 "step_phases_s": phases,
                 "learner_flops_over_peak": flops / peak,
                 "learner_flops": flops,
@@ -302,6 +313,14 @@ def main() -> None:
             }
         )
     )
+
+
+def steady_rate(times: list[float], generated: list[float], whole: float) -> float:
+    """Paths a second between the first step's end and the last's (``times`` and cumulative
+    ``generated`` per step); ``whole`` (the whole run's rate) for a run of one step."""
+    if len(times) < 2 or times[-1] <= times[0]:
+        return whole
+    return (generated[-1] - generated[0]) / (times[-1] - times[0])
 
 
 def completion_range(mean: float, padded: float) -> tuple[int, int]:

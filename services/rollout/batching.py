@@ -6,7 +6,8 @@ the Python around the model dominate). A group of N = 64 sampled alone therefore
 the engine's width unused, and narrow-group recipes paid for it in every step
 (docs/performance.md "Several groups in one engine call"). So the worker claims as many jobs as
 fill ``batch_paths`` candidates and samples those that share their sampling settings in one call;
-each job is still selected, scored and published (acked) on its own.
+their paths are scored in one request, and each job is still selected and published (acked) on
+its own.
 """
 
 from __future__ import annotations

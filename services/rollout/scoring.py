@@ -1,7 +1,12 @@
-"""The worker's calls to the reward service: a group's paths scored by the job's reward function,
-its held-out verifier on a sample of them, and a reward function on path prefixes (the quality
+"""The worker's calls to the reward service: groups' paths scored by their jobs' reward function,
+the held-out verifier on a sample of them, and a reward function on path prefixes (the quality
 predictor of hierarchical selection). Every call has a deadline and is retried while the reward
-service is unavailable (brorl.rpc.call_with_retry)."""
+service is unavailable (brorl.rpc.call_with_retry).
+
+The groups of one engine call are scored together: one ScoreBatch per reward function (and one per
+verifier) for all of them, since a batch's items are independent (each carries its own prompt and
+reference, protos/brorl/v1/reward.proto) — a merged request scores exactly what the per-group
+requests would, in one round trip instead of one per group."""
 
 from __future__ import annotations
 
@@ -16,14 +21,20 @@ class RewardCalls:
 
     def score(self, job: common_pb2.PromptJob, paths: list[common_pb2.Path]) -> None:
         """Set every path's reward, status and components (and the verifier's on its sample)."""
-        if not paths:
-            return
-        for path, result in zip(paths, self._score_with(job.reward_fn, job, paths)):
-            path.reward = result.reward
-            path.reward_status = result.status
-            path.reward_components.update(result.components)
-        if job.verifier_fn:
-            self.verify(job, paths)
+        self.score_groups([(job, paths)])
+
+    def score_groups(self, groups: list[tuple[common_pb2.PromptJob, list[common_pb2.Path]]]):
+        """``score`` for several jobs' paths at once: one request per reward function and one
+        per verifier function among the jobs (module docstring)."""
+        by_fn: dict[str, list[tuple]] = {}
+        for job, paths in groups:
+            by_fn.setdefault(job.reward_fn, []).extend((job, p) for p in paths)
+        for fn, pairs in by_fn.items():
+            for (_, path), result in zip(pairs, self._score_pairs(fn, pairs)):
+                path.reward = result.reward
+                path.reward_status = result.status
+                path.reward_components.update(result.components)
+        self.verify_groups([(job, paths) for job, paths in groups if job.verifier_fn])
 
     def score_episodes(self, job, paths: list[common_pb2.Path], episodes) -> None:
         """Episodes' paths by ``job.env.reward`` (brorl.contract.EpisodeReward): the
@@ -49,10 +60,17 @@ class RewardCalls:
     def verify(self, job: common_pb2.PromptJob, paths: list[common_pb2.Path]) -> None:
         """The run's held-out verifier on its sample of the paths (the learner's reward-hacking
         monitor compares it with the training reward; it never enters the update)."""
-        sample = [p for p in paths if sampling.verifies(p.path_id, job.verifier_sample)]
-        for path, result in zip(sample, self._score_with(job.verifier_fn, job, sample)):
-            path.verifier_reward = result.reward
-            path.verifier_status = result.status or RewardStatus.OK
+        self.verify_groups([(job, paths)])
+
+    def verify_groups(self, groups: list[tuple[common_pb2.PromptJob, list[common_pb2.Path]]]):
+        by_fn: dict[str, list[tuple]] = {}
+        for job, paths in groups:
+            sample = [p for p in paths if sampling.verifies(p.path_id, job.verifier_sample)]
+            by_fn.setdefault(job.verifier_fn, []).extend((job, p) for p in sample)
+        for fn, pairs in by_fn.items():
+            for (_, path), result in zip(pairs, self._score_pairs(fn, pairs)):
+                path.verifier_reward = result.reward
+                path.verifier_status = result.status or RewardStatus.OK
 
     def prefix_scores(self, job, texts: dict[int, str], reward_fn: str) -> list[float]:
         """``reward_fn`` on the texts of candidate ``index → prefix text``, in their order."""
@@ -66,21 +84,23 @@ class RewardCalls:
         return [r.reward for r in self._call(request).results]
 
     def _score_with(self, reward_fn: str, job, paths: list[common_pb2.Path]) -> list:
-        if not paths:
+        return self._score_pairs(reward_fn, [(job, p) for p in paths])
+
+    def _score_pairs(self, reward_fn: str, pairs: list[tuple]) -> list:
+        """``reward_fn``'s results for (job, path) pairs, in their order; one request."""
+        if not pairs:
             return []
-        request = reward_pb2.ScoreBatchRequest(
-            reward_fn=reward_fn,
-            items=[
-                reward_pb2.ScoreRequest(
-                    id=p.path_id,
-                    prompt=job.prompt,
-                    completion=p.text,
-                    reference=job.reference,
-                    extra=job.extra,
-                )
-                for p in paths
-            ],
-        )
+        items = [
+            reward_pb2.ScoreRequest(
+                id=p.path_id,
+                prompt=job.prompt,
+                completion=p.text,
+                reference=job.reference,
+                extra=job.extra,
+            )
+            for job, p in pairs
+        ]
+        request = reward_pb2.ScoreBatchRequest(reward_fn=reward_fn, items=items)
         return list(self._call(request).results)
 
     def _call(self, request):

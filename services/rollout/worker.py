@@ -1,6 +1,6 @@
 """The rollout worker loop: claim prompt jobs → reload weights if due → generate (the jobs that
 sample alike in one engine call, services/rollout/batching.py) → per job: explore and select →
-score → publish the scored group (which acks the job).
+score (a call's jobs in one request) → per job: publish the scored group (which acks the job).
 
 ``step`` and ``process`` are the loop on one page; each stage is a method a unit test can drive
 with fakes (an in-memory queue, a recording engine, a fake reward stub: tests/unit/services/
@@ -24,7 +24,7 @@ from google.protobuf.message import DecodeError
 from brorl import queue as q
 from brorl import sampling
 from brorl.v1 import common_pb2
-from services.rollout import batching
+from services.rollout import batching, groups
 from services.rollout.config import RolloutServiceConfig
 from services.rollout.episodes import EnvironmentChannels, EpisodeRunner, episode_stats
 from services.rollout.explore.select import Selection, select
@@ -58,6 +58,10 @@ class Claimed:
     def release(self) -> None:
         """Stop renewing the entry: it is about to be acked (published or dead-lettered)."""
         self.held.discard(self.delivery.entry_id)
+
+    def dead_letter(self, reason: str) -> None:
+        self.release()
+        self.queue.dead_letter(self.delivery.entry_id, self.delivery.data, reason)
 
 
 @dataclass
@@ -135,18 +139,20 @@ class RolloutWorker:
         return True
 
     def process(self, claims: list[Claimed]) -> None:
-        """Claimed jobs, start to end: generated together, then each selected, scored and
-        published on its own; publishing a group acks its job."""
+        """Claimed jobs, start to end: generated together, each selected, all scored together,
+        then each published as its own group; publishing a group acks its job."""
         between = self._between_jobs()
         jobs = [(claim, job) for claim in claims if (job := self.decode(claim)) is not None]
+        ready = []  # (claim, job, gen, chosen, paths) of the jobs the engine sampled
         for (claim, job), gen in zip(jobs, self.generate_all([job for _, job in jobs])):
             if isinstance(gen, ValueError):  # the engine refuses this prompt: retrying cannot help
                 self.publish(claim, job, self.error_group(claim, job, str(gen)))
             else:
                 chosen = self.select(job, gen)
-                paths = self.paths(job, gen, chosen)
-                if self.score(claim, job, paths, gen):  # else refused: dead-lettered
-                    self.publish(claim, job, self.group(claim, job, gen, chosen, paths, between))
+                ready.append((claim, job, gen, chosen, self.paths(job, gen, chosen)))
+        for (claim, job, gen, chosen, paths), scored in zip(ready, self.score_all(ready)):
+            if scored:  # else refused: dead-lettered
+                self.publish(claim, job, self.group(claim, job, gen, chosen, paths, between))
             # the jobs after the first of a call waited for nothing but the call itself
             between = {**between, "rollout/publish_s": self._publish_s}
             between.update({"rollout/reload_s": 0.0, "rollout/idle_s": 0.0})
@@ -158,8 +164,7 @@ class RolloutWorker:
         try:
             return common_pb2.PromptJob.FromString(data)
         except DecodeError as exc:
-            claim.release()
-            claim.queue.dead_letter(claim.delivery.entry_id, data, f"not a PromptJob: {exc}")
+            claim.dead_letter(f"not a PromptJob: {exc}")
             return None
 
     def generate(self, job: common_pb2.PromptJob) -> Generated:
@@ -276,6 +281,31 @@ class RolloutWorker:
             weights=[chosen.weights[i] for i in chosen.kept],
         )
 
+    def score_all(self, ready: list[tuple]) -> list[bool]:
+        """Rewards for the jobs of one engine call (``process``'s tuples), False for a job the
+        reward service refused (dead-lettered): the plain jobs' paths in one request
+        (services/rollout/scoring.py); episodes, and every job when the service refuses the
+        merged request (so that only the job it refuses is dead-lettered), one job at a time."""
+        plain = [r for r in ready if not r[1].env.address]
+        merged = len(plain) > 1 and self._score_merged(plain)
+        return [
+            (merged and not job.env.address) or self.score(claim, job, paths, gen)
+            for claim, job, gen, _, paths in ready
+        ]
+
+    def _score_merged(self, plain: list[tuple]) -> bool:
+        start = time.perf_counter()
+        try:
+            self.rewards.score_groups([(job, paths) for _, job, _, _, paths in plain])
+        except grpc.RpcError as exc:
+            if exc.code() != grpc.StatusCode.INVALID_ARGUMENT:
+                raise
+            return False
+        seconds = batching.shares(time.perf_counter() - start, [len(r[4]) for r in plain])
+        for (_, _, gen, _, _), part in zip(plain, seconds):
+            gen.seconds["score"] = part
+        return True
+
     def score(self, claim: Claimed, job, paths: list[common_pb2.Path], gen: Generated) -> bool:
         """Rewards (and the verifier's) on ``paths``; False when the reward service refused
         the job (INVALID_ARGUMENT: dead-lettered). Other errors propagate: the job stays
@@ -289,30 +319,18 @@ class RolloutWorker:
         except grpc.RpcError as exc:
             if exc.code() != grpc.StatusCode.INVALID_ARGUMENT:
                 raise
-            reason = f"reward service refused the job: {exc.details()}"
-            claim.release()
-            claim.queue.dead_letter(claim.delivery.entry_id, claim.delivery.data, reason)
+            claim.dead_letter(f"reward service refused the job: {exc.details()}")
             return False
         gen.seconds["score"] = time.perf_counter() - start
         return True
 
     def group(self, claim: Claimed, job, gen: Generated, chosen: Selection, paths, between):
-        return common_pb2.PathGroup(
-            **self._group_fields(claim, job, gen.version),
-            prompt_token_ids=gen.prompt_ids,
-            paths=paths,
-            generate_seconds=gen.seconds["generate"],
-            score_seconds=gen.seconds["score"],
-            generated=len(gen.samples),
-            dropped=chosen.dropped,
-            stats={**chosen.stats, **between, **gen.phases},
-        )
+        common = groups.fields(claim.channels.run_id, job, gen.version, self.name)
+        return groups.scored(common, gen, chosen, paths, between)
 
     def error_group(self, claim: Claimed, job, reason: str) -> common_pb2.PathGroup:
-        """An empty group carrying the engine's refusal (e.g. a prompt longer than the
-        context), so the learner counts it at once and moves on."""
-        fields = self._group_fields(claim, job, self.engine.weight_version)
-        return common_pb2.PathGroup(**fields, error=reason[:1000])
+        common = groups.fields(claim.channels.run_id, job, self.engine.weight_version, self.name)
+        return groups.refused(common, reason)
 
     def publish(self, claim: Claimed, job, group: common_pb2.PathGroup) -> None:
         """Publish the group once per job id and ack the job, atomically (brorl.queue)."""
@@ -380,19 +398,3 @@ class RolloutWorker:
         }
         self._reload_s = 0.0
         return out
-
-    def _group_fields(self, claim: Claimed, job, version: int) -> dict:
-        """What every group of ``job`` carries, scored or not."""
-        return dict(
-            run_id=claim.channels.run_id,
-            group_id=job.group_id,
-            prompt_id=job.prompt_id,
-            prompt=job.prompt,
-            reference=job.reference,
-            weight_version=version,
-            worker=self.name,
-            part_index=job.part_index,
-            part_count=job.part_count,
-            eval=job.eval,
-            extra=job.extra,
-        )
