@@ -26,9 +26,10 @@ Reported:
   first step's wait for the run's first groups (vLLM's first calls, the first reload), which
   a short run pays once and a long one amortizes;
 * ``step_phases_s``: mean seconds per step of each learner phase (wait for data, batch,
-  forward, backward, optimizer, publish) and, per group, the rollout's generate seconds (and
-  within them vLLM's queue, prefill and decode seconds), score seconds, the Redis publish of
-  the group, and its reload and idle seconds before the job;
+  forward, backward, optimizer, publish; ``borrowed``: the part of the update run on the
+  workers' cores as well, services/learner/cores.py) and, per group, the rollout's generate
+  seconds (and within them vLLM's queue, prefill and decode seconds), score seconds, the Redis
+  publish of the group, and its reload and idle seconds before the job;
 * ``learner_flops_over_peak``: 6 × parameters × positions × epochs (train.passes) / (forward +
   backward + optimizer seconds), over a peak GEMM FLOP/s measured here with the learner's
   thread count;
@@ -222,6 +223,8 @@ def main() -> None:
             for m in steps
         )
         phases["publish_thread"] = mean("learner/publish_thread_s")  # off the step
+        # of forward + backward + optimizer: on the workers' cores too (services/learner/cores.py)
+        phases["borrowed"] = mean("learner/borrowed_s")
         phases["reward_score_per_group"] = mean("reward/latency_ms") / 1000
         # a worker's time between two jobs: reloading published weights, then waiting for work
         phases["rollout_reload_per_group"] = mean("rollout/reload_s")

@@ -117,22 +117,28 @@ class RunChannels:
         ``length`` entries in the stream (XLEN), ``pending`` delivered but not yet acked, ``lag``
         not yet delivered (XINFO GROUPS). Consumed entries are deleted, so when Redis cannot
         tell the lag (deletions inside the group's range) it is length - pending."""
-        out = {}
-        for name, group in CONSUMERS.items():
-            key = self.keys[name]
-            length = int(self.r.xlen(key))
-            try:
-                info = [g for g in self.r.xinfo_groups(key) if _s(g["name"]) == group]
-            except redis.ResponseError:  # no stream yet
-                info = []
-            pending = int(info[0]["pending"]) if info else 0
-            lag = info[0].get("lag") if info else length
-            out[name] = {
-                "length": length,
-                "pending": pending,
-                "lag": int(lag) if lag is not None else max(length - pending, 0),
-            }
-        return out
+        return {name: self._stream_stat(name) for name in CONSUMERS}
+
+    def prompt_backlog(self) -> int:
+        """Prompt jobs waiting for a worker or being sampled (not yet acked): 0 when the run's
+        workers have nothing to do."""
+        stat = self._stream_stat("prompts")
+        return stat["pending"] + stat["lag"]
+
+    def _stream_stat(self, name: str) -> dict[str, int]:
+        key, group = self.keys[name], CONSUMERS[name]
+        length = int(self.r.xlen(key))
+        try:
+            info = [g for g in self.r.xinfo_groups(key) if _s(g["name"]) == group]
+        except redis.ResponseError:  # no stream yet
+            info = []
+        pending = int(info[0]["pending"]) if info else 0
+        lag = info[0].get("lag") if info else length
+        return {
+            "length": length,
+            "pending": pending,
+            "lag": int(lag) if lag is not None else max(length - pending, 0),
+        }
 
     def is_prompt_stream(self, stream: str) -> bool:
         return stream == self.keys["prompts"]

@@ -1,6 +1,6 @@
 from __future__ import annotations
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from brorl.config.base import StrictModel
 from brorl.rpc import metrics_bind_field
@@ -50,6 +50,13 @@ class LearnerServiceConfig(StrictModel):
         "run (a rank that died).",
     )
     torch_threads: int = Field(0, ge=0, description="torch intra-op threads (0: torch's default).")
+    borrow_cores: list[int] = Field(
+        default_factory=list,
+        description="The rollout workers' cores, which an update also uses (one more torch "
+        "thread each) while the run has no job waiting or being sampled, and gives back as soon "
+        "as it has (services/learner/cores.py). The local launcher sets it when it pins the "
+        "learner apart from the workers; empty: never. Needs ranks 1.",
+    )
     keep_weight_versions: int = Field(3, ge=1, description="Published versions kept in the store.")
     port_file: str = Field("", description="If set, the bound port is written here once serving.")
     metrics_bind: str = metrics_bind_field(METRICS_PORTS["learner"])
@@ -79,3 +86,11 @@ class LearnerServiceConfig(StrictModel):
             "Token and TLS (docs/security.md); with a token, every LearnerService RPC needs it."
         ),
     )
+
+    @model_validator(mode="after")
+    def _borrow_with_one_rank(self):
+        if self.borrow_cores and self.ranks > 1:
+            raise ValueError("borrow_cores needs ranks: 1 (the ranks' threads are not moved)")
+        if any(c < 0 for c in self.borrow_cores):
+            raise ValueError(f"borrow_cores: core numbers are >= 0, got {self.borrow_cores}")
+        return self

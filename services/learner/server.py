@@ -118,6 +118,7 @@ class LearnerServicer(learner_pb2_grpc.LearnerServiceServicer):
                 keep_versions=self.config.keep_weight_versions,
                 resume=request.resume,
                 prompts=prompts,
+                borrow_cores=self.config.borrow_cores,
             )
             thread = threading.Thread(
                 target=self._train, args=(trainer, state), name=f"train-{run_id}", daemon=True

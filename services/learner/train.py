@@ -32,6 +32,7 @@ from brorl.streams import NEVER_RECLAIM_MS
 from brorl.config.run import RunConfig
 from brorl.weights.store import WeightStore
 from services.learner.intake.dead_letters import DeadLetterWatch
+from services.learner.cores import CoreBorrowing
 from services.learner.feed.heldout import HeldoutEval
 from services.learner.guard.actions import RunGuard
 from services.learner.intake.collect import GroupIntake
@@ -60,10 +61,13 @@ class Trainer:
         keep_versions: int = 3,
         resume: bool = False,
         prompts: RunPrompts | None = None,
+        borrow_cores: list[int] | None = None,
     ):
         self.run_id, self.cfg, self.state, self.channels = run_id, cfg, state, channels
         self.registry, self.store, self.build_policy = registry, store, build_policy
         self.keep_versions, self.resume = keep_versions, resume
+        # the workers' cores for the update while they have nothing to sample (cores.py)
+        self.cores = CoreBorrowing(borrow_cores or [], lambda: channels.prompt_backlog() > 0)
         self.publisher = WeightPublisher(
             store, cfg.weights.serving_dtype, cfg.weights.keyframe_every
         )
@@ -97,6 +101,8 @@ class Trainer:
         except BaseException:
             self.sender.abandon()  # the version in flight goes out (or fails) before the run ends
             raise
+        finally:
+            self.cores.release()
 
     def _run(self) -> None:
         self.start()
@@ -111,6 +117,7 @@ class Trainer:
             for item in intake.consumed:
                 self.feed.pass_rates.record(item.group)
             update = self.policy.update(intake.groups)
+            self.cores.release()  # the jobs the next collect sends go to the workers' cores
             self._redis(lambda: self.intake.ack(intake.entries), "acking")
             self.counters.add(intake, self.feed.stratum_of, self.feed.pass_rates.success_reward)
             if self._skipped(update):
@@ -136,6 +143,7 @@ class Trainer:
                     "learner/publish_s": t3 - t2,
                     "learner/publish_wait_s": self.publish_wait_s,
                     "learner/publish_thread_s": self.sender.sent_s,
+                    "learner/borrowed_s": self.cores.take_seconds(),
                     "learner/weight_version": self.version,
                 }
             )
@@ -186,6 +194,7 @@ class Trainer:
 
     def start(self) -> None:
         self.policy = self.build_policy()
+        self.policy.before_chunk = self.cores.refresh
         self.probe = None
         if self.cfg.probe is not None:
             self.probe = ProbeMeter.for_run(self.cfg.probe.path, self.cfg.model, self.policy.pad_id)

@@ -241,6 +241,7 @@ class Cluster:
                     "runs_dir": str(s.workdir / "runs"),
                     "namespace": s.namespace,
                     "read_roots": json.dumps(read_roots(s)),
+                    "borrow_cores": placement.borrowable(cores, learner),
                     **self._ports("learner"),
                     **secure,
                     **s.learner_overrides,

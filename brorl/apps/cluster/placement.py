@@ -18,7 +18,8 @@ The rule, from the recipe's ``rollout_cpu_bind`` and the cores this process may 
   their answer, so they take no time from the worker there and none from the learner;
 * learner: the cores no worker has, when there is one for each of its threads (ranks × torch
   threads; else unpinned: ranks squeezed onto fewer cores would wait for each other at every
-  collective);
+  collective), and it may borrow the workers' cores while they have nothing to sample
+  (``borrowable``: one rank only; services/learner/cores.py);
 * ``nobind``: nothing is pinned (the operating system places every thread).
 
 A process's threads inherit its affinity, so pinning the process right after it starts (before
@@ -86,6 +87,16 @@ def placement(
     rest = frozenset(usable) - taken
     learner = rest if len(rest) >= max(learner_threads, 1) else None
     return {**out, "reward": helpers, "env": helpers, "learner": learner}
+
+
+def borrowable(cores: dict[str, Cores], learner_overrides: dict) -> list[int]:
+    """The cores the learner may borrow while the workers have nothing to sample (the learner's
+    ``borrow_cores``, services/learner/cores.py): the pinned workers', when the learner is
+    pinned apart from them and runs one rank."""
+    if cores.get("learner") is None or int(learner_overrides.get("ranks") or 1) > 1:
+        return []
+    workers = [c for name, c in cores.items() if name.startswith("rollout-") and c is not None]
+    return sorted(frozenset().union(*workers) - cores["learner"]) if workers else []
 
 
 def pin(pid: int, cores: Cores) -> None:

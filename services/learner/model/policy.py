@@ -10,6 +10,7 @@ import math
 import time
 from collections import Counter
 from pathlib import Path
+from typing import Callable
 
 import numpy as np
 import torch
@@ -73,6 +74,7 @@ class Policy:
         self.kl = KLController(train)
         self.rank, self.world = deepspeed_engine.rank_and_world()
         self.updates = 0  # updates made by this process (seeds PPO's mini-batch order)
+        self.before_chunk: Callable[[], None] = lambda: None  # e.g. cores.CoreBorrowing.refresh
         # PPO's value model, in its own engine on the same ranks (critic.py)
         self.critic = Critic(model_dir, train, zero_stage) if train.estimator == "ppo" else None
 
@@ -146,6 +148,7 @@ class Policy:
         ref = None if self._kl_in_token_advantages(step_train) else self.ref_model
         sums: Counter = Counter()
         for j, (i, scale) in enumerate(share):
+            self.before_chunk()
             chunk = at_least_two_positions(chunks[i], self.pad_id) if same_calls else chunks[i]
             chunk = chunk.to(self.device)
             with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.autocast):

@@ -47,6 +47,19 @@ def test_a_learner_of_several_threads_is_pinned_only_where_each_gets_a_core():
     assert placement.placement("0", 1, [0, 1, 2], learner_threads=3)["learner"] is None
 
 
+def test_a_pinned_learner_of_one_rank_may_borrow_the_workers_cores():
+    auto = placement.placement("auto", 2, [7, 3, 5])
+    assert placement.borrowable(auto, {}) == [3, 5]
+    spread = placement.placement("spread", 2, [0, 1, 2, 3])
+    assert placement.borrowable(spread, {"torch_threads": 2}) == [0, 1]
+    assert placement.borrowable(spread, {"ranks": 2}) == []  # ranks' threads are not moved
+    # an unpinned learner (no core left for it), nobind, a worker too wide to pin: nothing
+    assert placement.borrowable(placement.placement("spread", 3, [0, 1]), {}) == []
+    assert placement.borrowable(placement.placement("nobind", 1, [0, 1]), {}) == []
+    wide = placement.placement("auto", 1, [0, 1, 2], worker_threads=3)
+    assert placement.borrowable(wide, {}) == []
+
+
 def test_a_worker_with_more_threads_than_its_cores_is_not_pinned():
     cores = placement.placement("auto", 1, [0, 1], worker_threads=2, learner_threads=2)
     assert set(cores.values()) == {None}
@@ -91,3 +104,24 @@ def test_a_spawned_process_and_the_threads_it_starts_run_on_the_cores_it_was_giv
     finally:
         cluster.stop()
     assert proc.log_path.read_text().split("\n")[0] == f"[{core}] [{core}]"
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs two usable cores")
+def test_the_launcher_lends_the_workers_cores_to_a_pinned_learner(tmp_path, monkeypatch):
+    usable = sorted(os.sched_getaffinity(0))
+    spawned = {}
+    monkeypatch.setattr(Cluster, "ensure_redis", lambda self: None)
+    monkeypatch.setattr(Cluster, "wait_ready", lambda self, timeout=0: None)
+    monkeypatch.setattr(
+        Cluster, "_spawn", lambda self, name, argv, cores=None: spawned.update({name: argv})
+    )
+
+    def learner_arg(**spec) -> str:
+        spawned.clear()
+        Cluster(ClusterSpec(model="-", workdir=tmp_path, threads_per_process=1, **spec)).start()
+        [arg] = [a for a in spawned["learner"] if a.startswith("borrow_cores=")]
+        return arg
+
+    assert learner_arg() == f"borrow_cores={usable[:-1]}"  # auto: the worker has all but one
+    assert learner_arg(rollout_cpu_bind="nobind") == "borrow_cores=[]"
+    assert learner_arg(learner_overrides={"ranks": 2}) == "borrow_cores=[]"

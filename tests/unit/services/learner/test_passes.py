@@ -62,3 +62,15 @@ def test_grpo_makes_epochs_times_minibatches_optimizer_steps(tmp_path, one_threa
     assert moved(several) > 2 * moved(one) > 0
     # the later optimizer steps see the policy moved away from the sampler's log-probs
     assert outs["learner/logp_gap"] > out["learner/logp_gap"]
+
+
+def test_the_update_calls_its_hook_before_every_chunk_of_every_pass(tmp_path, one_thread):
+    """The trainer's hook (cores.CoreBorrowing.refresh) runs before each chunk's forward."""
+    from services.learner.model.policy import Policy
+
+    tiny_qwen2().save_pretrained(tmp_path)
+    policy = Policy(str(tmp_path), TrainConfig(micro_batch_paths=8, epochs=2, minibatches=2))
+    calls = []
+    policy.before_chunk = lambda: calls.append(1)
+    out = policy.update(sample_groups(policy.model, torch.Generator().manual_seed(0)))
+    assert out["learner/chunks"] > 1 and len(calls) == 2 * out["learner/chunks"]
