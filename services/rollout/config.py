@@ -106,11 +106,16 @@ class RolloutServiceConfig(StrictModel):
         description=(
             "Claim prompt jobs until their candidates fill this many paths and sample the ones "
             "with equal sampling settings in one engine call (services/rollout/batching.py): "
-            "narrow groups share vLLM's decode steps; each group is still scored and published on "
-            "its own. 1: one job per call."
+            "narrow groups share vLLM's decode steps and their paths are scored in one request; "
+            "each group is still published on its own. 1: one job per call."
         ),
     )
-    reward_deadline_s: float = Field(120.0, gt=0, description="Deadline of one ScoreBatch call.")
+    reward_deadline_s: float = Field(
+        120.0,
+        gt=0,
+        description="Deadline of the reward call for one group (a call scoring several groups "
+        "together gets this per group).",
+    )
     weight_fetch_deadline_s: float = Field(
         60.0,
         gt=0,

@@ -6,7 +6,8 @@ service is unavailable (brorl.rpc.call_with_retry).
 The groups of one engine call are scored together: one ScoreBatch per reward function (and one per
 verifier) for all of them, since a batch's items are independent (each carries its own prompt and
 reference, protos/brorl/v1/reward.proto) — a merged request scores exactly what the per-group
-requests would, in one round trip instead of one per group."""
+requests would, in one round trip instead of one per group. Its deadline is the per-group deadline
+times the groups in it, the time the worker would have waited for them one by one."""
 
 from __future__ import annotations
 
@@ -30,7 +31,7 @@ class RewardCalls:
         for job, paths in groups:
             by_fn.setdefault(job.reward_fn, []).extend((job, p) for p in paths)
         for fn, pairs in by_fn.items():
-            for (_, path), result in zip(pairs, self._score_pairs(fn, pairs)):
+            for (_, path), result in zip(pairs, self._score_pairs(fn, pairs, len(groups))):
                 path.reward = result.reward
                 path.reward_status = result.status
                 path.reward_components.update(result.components)
@@ -68,7 +69,7 @@ class RewardCalls:
             sample = [p for p in paths if sampling.verifies(p.path_id, job.verifier_sample)]
             by_fn.setdefault(job.verifier_fn, []).extend((job, p) for p in sample)
         for fn, pairs in by_fn.items():
-            for (_, path), result in zip(pairs, self._score_pairs(fn, pairs)):
+            for (_, path), result in zip(pairs, self._score_pairs(fn, pairs, len(groups))):
                 path.verifier_reward = result.reward
                 path.verifier_status = result.status or RewardStatus.OK
 
@@ -86,8 +87,9 @@ class RewardCalls:
     def _score_with(self, reward_fn: str, job, paths: list[common_pb2.Path]) -> list:
         return self._score_pairs(reward_fn, [(job, p) for p in paths])
 
-    def _score_pairs(self, reward_fn: str, pairs: list[tuple]) -> list:
-        """``reward_fn``'s results for (job, path) pairs, in their order; one request."""
+    def _score_pairs(self, reward_fn: str, pairs: list[tuple], groups: int = 1) -> list:
+        """``reward_fn``'s results for (job, path) pairs of ``groups`` groups, in their order;
+        one request."""
         if not pairs:
             return []
         items = [
@@ -101,7 +103,8 @@ class RewardCalls:
             for job, p in pairs
         ]
         request = reward_pb2.ScoreBatchRequest(reward_fn=reward_fn, items=items)
-        return list(self._call(request).results)
+        return list(self._call(request, groups).results)
 
-    def _call(self, request):
-        return rpc.call_with_retry(self.stub.ScoreBatch, request, timeout=self.deadline_s)
+    def _call(self, request, groups: int = 1):
+        timeout = self.deadline_s * max(groups, 1)
+        return rpc.call_with_retry(self.stub.ScoreBatch, request, timeout=timeout)

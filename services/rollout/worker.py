@@ -284,8 +284,8 @@ class RolloutWorker:
     def score_all(self, ready: list[tuple]) -> list[bool]:
         """Rewards for the jobs of one engine call (``process``'s tuples), False for a job the
         reward service refused (dead-lettered): the plain jobs' paths in one request
-        (services/rollout/scoring.py); episodes, and every job when the service refuses the
-        merged request (so that only the job it refuses is dead-lettered), one job at a time."""
+        (services/rollout/scoring.py); episodes, and every job when the merged request is refused
+        or too big, one job at a time (so that only a refused job is dead-lettered)."""
         plain = [r for r in ready if not r[1].env.address]
         merged = len(plain) > 1 and self._score_merged(plain)
         return [
@@ -297,8 +297,8 @@ class RolloutWorker:
         start = time.perf_counter()
         try:
             self.rewards.score_groups([(job, paths) for _, job, _, _, paths in plain])
-        except grpc.RpcError as exc:
-            if exc.code() != grpc.StatusCode.INVALID_ARGUMENT:
+        except grpc.RpcError as exc:  # refused, or more than the service's max_batch
+            if exc.code().name not in ("INVALID_ARGUMENT", "RESOURCE_EXHAUSTED"):
                 raise
             return False
         seconds = batching.shares(time.perf_counter() - start, [len(r[4]) for r in plain])

@@ -17,13 +17,18 @@ class ContentReward:
     """A result that depends on the item alone: its reference's value, plus 0.5 for the verifier
     function; INVALID_ARGUMENT for any request holding a reference ``bad``."""
 
-    def __init__(self):
+    def __init__(self, max_batch: int = 4096):
         self.requests: list[reward_pb2.ScoreBatchRequest] = []
+        self.timeouts: list[float] = []
+        self.max_batch = max_batch
 
     def ScoreBatch(self, request, timeout=None):
         self.requests.append(request)
+        self.timeouts.append(timeout)
         if any(i.reference == "bad" for i in request.items):
             raise Refused(grpc.StatusCode.INVALID_ARGUMENT)
+        if len(request.items) > self.max_batch:
+            raise Refused(grpc.StatusCode.RESOURCE_EXHAUSTED)
         extra = 0.5 if request.reward_fn == "verifier" else 0.0
         return reward_pb2.ScoreBatchResponse(
             results=[
@@ -35,9 +40,9 @@ class ContentReward:
         )
 
 
-def claim_together(references: list[str], **fields):
-    channels, reward = MemoryChannels("r1"), ContentReward()
-    worker = worker_for(channels, reward=reward, batch_paths=64)
+def claim_together(references: list[str], max_batch: int = 4096, **fields):
+    channels, reward = MemoryChannels("r1"), ContentReward(max_batch)
+    worker = worker_for(channels, reward=reward, batch_paths=64, reward_deadline_s=10.0)
     worker._claim_count = len(references)
     for i, ref in enumerate(references):
         put_job(channels, i, prompt=f"{i}+1=", reference=ref, **fields)
@@ -55,6 +60,7 @@ def test_the_jobs_of_one_call_are_scored_in_one_request_each_path_by_its_own_job
         assert [p.reward for p in g.paths] == [float(ref)] * 4
         assert g.score_seconds >= 0
     assert not channels.prompts.pending
+    assert reward.timeouts == [30.0]  # the per-group deadline, once per group in the request
 
 
 def test_the_verifier_of_the_calls_jobs_is_one_request_on_each_jobs_sample():
@@ -83,3 +89,11 @@ def test_a_refused_merged_request_dead_letters_only_the_refused_job():
     ]
     assert [len(r.items) for r in reward.requests] == [12, 4, 4, 4]
     assert not channels.prompts.pending  # two published, one dead-lettered: all acked
+
+
+def test_a_merged_request_over_the_services_max_batch_is_sent_job_by_job():
+    channels, reward, published = claim_together(["1", "2"], max_batch=4)
+    assert [len(r.items) for r in reward.requests] == [8, 4, 4]
+    assert reward.timeouts == [20.0, 10.0, 10.0]
+    assert [p.reward for p in published["g1"].paths] == [2.0] * 4
+    assert not channels.prompts.dead and not channels.prompts.pending
