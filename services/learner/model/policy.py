@@ -51,6 +51,9 @@ class PhaseClock:
 
 
 class Policy:
+    # called before each chunk of an update; the trainer sets it (cores.CoreBorrowing.refresh)
+    before_chunk: Callable[[], None] = staticmethod(lambda: None)
+
     def __init__(self, model_dir: str, train: TrainConfig, zero_stage: int = 0):
         torch.manual_seed(train.seed)
         self.model_dir, self.train = model_dir, train
@@ -74,7 +77,6 @@ class Policy:
         self.kl = KLController(train)
         self.rank, self.world = deepspeed_engine.rank_and_world()
         self.updates = 0  # updates made by this process (seeds PPO's mini-batch order)
-        self.before_chunk: Callable[[], None] = lambda: None  # e.g. cores.CoreBorrowing.refresh
         # PPO's value model, in its own engine on the same ranks (critic.py)
         self.critic = Critic(model_dir, train, zero_stage) if train.estimator == "ppo" else None
 
