@@ -27,14 +27,11 @@ class RewardCalls:
     def score_groups(self, groups: list[tuple[common_pb2.PromptJob, list[common_pb2.Path]]]):
         """``score`` for several jobs' paths at once: one request per reward function and one
         per verifier function among the jobs (module docstring)."""
-        by_fn: dict[str, list[tuple]] = {}
-        for job, paths in groups:
-            by_fn.setdefault(job.reward_fn, []).extend((job, p) for p in paths)
-        for fn, pairs in by_fn.items():
-            for (_, path), result in zip(pairs, self._score_pairs(fn, pairs, len(groups))):
-                path.reward = result.reward
-                path.reward_status = result.status
-                path.reward_components.update(result.components)
+        asked = [(job.reward_fn, job, p) for job, paths in groups for p in paths]
+        for path, result in self._results(asked, len(groups)):
+            path.reward = result.reward
+            path.reward_status = result.status
+            path.reward_components.update(result.components)
         self.verify_groups([(job, paths) for job, paths in groups if job.verifier_fn])
 
     def score_episodes(self, job, paths: list[common_pb2.Path], episodes) -> None:
@@ -50,7 +47,7 @@ class RewardCalls:
                 path.env_info["error"] = episode.detail
         scored = [p for p in paths if p.reward_status == RewardStatus.OK]
         if mode != EpisodeReward.ENV:
-            for path, result in zip(scored, self._score_with(job.reward_fn, job, scored)):
+            for path, result in self._results([(job.reward_fn, job, p) for p in scored], 1):
                 path.reward += result.reward
                 path.reward_status = result.status
                 path.reward_components.update(result.components)
@@ -64,14 +61,15 @@ class RewardCalls:
         self.verify_groups([(job, paths)])
 
     def verify_groups(self, groups: list[tuple[common_pb2.PromptJob, list[common_pb2.Path]]]):
-        by_fn: dict[str, list[tuple]] = {}
-        for job, paths in groups:
-            sample = [p for p in paths if sampling.verifies(p.path_id, job.verifier_sample)]
-            by_fn.setdefault(job.verifier_fn, []).extend((job, p) for p in sample)
-        for fn, pairs in by_fn.items():
-            for (_, path), result in zip(pairs, self._score_pairs(fn, pairs, len(groups))):
-                path.verifier_reward = result.reward
-                path.verifier_status = result.status or RewardStatus.OK
+        asked = [
+            (job.verifier_fn, job, p)
+            for job, paths in groups
+            for p in paths
+            if sampling.verifies(p.path_id, job.verifier_sample)
+        ]
+        for path, result in self._results(asked, len(groups)):
+            path.verifier_reward = result.reward
+            path.verifier_status = result.status or RewardStatus.OK
 
     def prefix_scores(self, job, texts: dict[int, str], reward_fn: str) -> list[float]:
         """``reward_fn`` on the texts of candidate ``index → prefix text``, in their order."""
@@ -84,8 +82,15 @@ class RewardCalls:
         request = reward_pb2.ScoreBatchRequest(reward_fn=reward_fn, items=items)
         return [r.reward for r in self._call(request).results]
 
-    def _score_with(self, reward_fn: str, job, paths: list[common_pb2.Path]) -> list:
-        return self._score_pairs(reward_fn, [(job, p) for p in paths])
+    def _results(self, asked: list[tuple], groups: int):
+        """(path, result) for each (function, job, path) of ``groups`` groups: one request per
+        function."""
+        by_fn: dict[str, list[tuple]] = {}
+        for fn, job, path in asked:
+            by_fn.setdefault(fn, []).append((job, path))
+        for fn, pairs in by_fn.items():
+            for (_, path), result in zip(pairs, self._score_pairs(fn, pairs, groups)):
+                yield path, result
 
     def _score_pairs(self, reward_fn: str, pairs: list[tuple], groups: int = 1) -> list:
         """``reward_fn``'s results for (job, path) pairs of ``groups`` groups, in their order;
