@@ -101,7 +101,9 @@ def demo_micro_batch(checkout: Path) -> int:
 def run_update(checkout: Path, model: str, args) -> dict:
     env = {
         **os.environ,
-        "PYTHONPATH": str(checkout),
+        # the revision's checkout first; the caller's own entries stay (packages installed
+        # beside the interpreter's, as scripts/gpu_check.sh does)
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(checkout), os.environ.get("PYTHONPATH")])),
         "BENCH_THREADS": str(args.threads),
         "DS_ACCELERATOR": "cpu",
         "TRANSFORMERS_VERBOSITY": "error",
