@@ -1,6 +1,6 @@
 """The GPU check's scripts (docs/gpu.md), checked where no GPU is: what scripts/gpu_wheels.sh
 carries is pinned, scripts/gpu_check.sh parses and finds the gpu test modules, and
-bench/learner_update.py keeps the caller's PYTHONPATH (where the check installs carried packages)."""
+bench/learner_update.py keeps the caller's PYTHONPATH (where the check puts carried packages)."""
 
 from __future__ import annotations
 
