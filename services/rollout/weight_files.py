@@ -48,6 +48,18 @@ def serving_tensors(state):
         yield name, torch.from_numpy(bits.view(view[0])).view(view[1])
 
 
+def packed_sources(module: str, param: str, packed: dict[str, list[str]]) -> list[str]:
+    """The HF tensor names one engine parameter is made of, in the order they are stacked along
+    dim 0: a packed module (``qkv_proj`` from ``q_proj``, ``k_proj``, ``v_proj``, as a vLLM
+    model's ``packed_modules_mapping`` says) takes its parts' tensors, any other parameter the
+    tensor of its own name."""
+    parent, _, leaf = module.rpartition(".")
+    if leaf in packed:
+        base = f"{parent}." if parent else ""
+        return [f"{base}{part}.{param}" for part in packed[leaf]]
+    return [f"{module}.{param}" if module else param]
+
+
 LAYERWISE_LOGGER = "vllm.model_executor.model_loader.reload.layerwise"
 
 

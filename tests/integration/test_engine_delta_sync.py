@@ -23,18 +23,10 @@ from tests.integration.test_weight_reload_parity import (  # noqa: E402
     PROMPTS,
     TOL,
     greedy_report,
+    hf_with,
     load_hf,
     weights_only,
 )
-
-
-def hf_with(model_dir, bits: dict[str, np.ndarray]):
-    """transformers on the reconstructed serving weights (tied lm_head follows embed_tokens)."""
-    model = load_hf(model_dir)
-    state = {n: torch.from_numpy(codec.bits_to_float32(b, "bf16").copy()) for n, b in bits.items()}
-    missing, unexpected = model.load_state_dict(state, strict=False)
-    assert not unexpected and set(missing) <= {"lm_head.weight"}
-    return model.eval()
 
 
 @pytest.mark.slow
@@ -64,6 +56,7 @@ def test_deltas_reach_the_engine_exactly(tmp_path, tiny_model_dir, tiny_engine):
         assert [p.kind for p in pointers] == ["full", "delta", "delta", "delta"]
         assert sync.sync("run-delta", pointers[-1])  # catch up: keyframe + 3 deltas
         assert engine.weight_version == 3
+        assert engine.last_apply["in_place"] == 1  # copied in place, not the layerwise reload
         hf3 = hf_with(tiny_model_dir, expected[3])
         _, diff, same = greedy_report(engine, hf3, hf3.config.eos_token_id)
         assert same and diff <= TOL, f"engine after the delta chain vs transformers: {diff}"

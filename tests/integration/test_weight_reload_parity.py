@@ -52,6 +52,43 @@ def hf_greedy(model, prompt_ids, max_tokens, eos_id):
     return out, lps
 
 
+def hf_with(model_dir, bits: dict):
+    """transformers on reconstructed bf16 serving weights (a tied lm_head follows embed_tokens)."""
+    from brorl.weights import codec
+
+    model = load_hf(model_dir)
+    state = {n: torch.from_numpy(codec.bits_to_float32(b, "bf16").copy()) for n, b in bits.items()}
+    missing, unexpected = model.load_state_dict(state, strict=False)
+    assert not unexpected and set(missing) <= {"lm_head.weight"}
+    return model.eval()
+
+
+def publish_and_sync(engine, model_dir, store_dir, version: int) -> dict:
+    """Publish ``model_dir``'s weights as a bf16 keyframe (the learner's publisher) and bring the
+    engine to it through the worker's WeightSync; the serving bits it was given."""
+    import threading
+
+    from brorl.weights import codec
+    from brorl.weights.store import WeightStore
+    from services.learner.publish import WeightPublisher
+    from services.rollout.weight_sync import WeightSync
+
+    hf = load_hf(model_dir)
+    tied = hf.config.tie_word_embeddings
+    weights = {
+        n: t.detach().numpy().copy()
+        for n, t in hf.state_dict().items()
+        if not (tied and n == "lm_head.weight")
+    }
+    pointers = []
+    WeightPublisher(WeightStore(store_dir), "bf16").publish(
+        lambda: weights, pointers.append, version, step=version
+    )
+    assert WeightSync(engine, threading.Lock()).sync("run-parity", pointers[-1])
+    assert engine.weight_version == version
+    return {n: codec.serving_bits(w, "bf16") for n, w in weights.items()}
+
+
 def max_diff(a, b):
     assert len(a) == len(b), (len(a), len(b))
     return max((abs(x - y) for x, y in zip(a, b)), default=0.0)
@@ -144,6 +181,15 @@ def test_reload_matches_transformers(tmp_path, tie, request):
         for (_, (s0,)), (_, (s1,)) in zip(before, again):
             assert s1.token_ids == s0.token_ids
             assert max_diff(s1.logprobs, s0.logprobs) <= 1e-5
+
+        if not shared:
+            # A published version: the serving state copied in place (an untied lm_head is a
+            # parameter of its own, its vocabulary rows padded as the embedding's are).
+            bits = publish_and_sync(engine, dir_b, tmp_path / "store", start_version + 2)
+            assert engine.last_apply["in_place"] == 1
+            hf_b16 = hf_with(dir_b, bits)
+            _, diff_pub, same_pub = greedy_report(engine, hf_b16, eos_id)
+            assert same_pub and diff_pub <= TOL, f"published B copied in place: {diff_pub}"
 
         print(
             f"\n[parity tie={tie}] before(A)={diff_a:.2e} A-vs-B={diff_a_vs_b:.2e} "
