@@ -27,8 +27,9 @@ prefix cache is reset: cached KV blocks were computed with the old weights.
 
 Published versions (keyframes and deltas, docs/weights.md) go through ``apply_weight_chain``:
 the worker process keeps the last reconstructed serving-dtype state (brorl.weights.chain),
-applies the verified versions to it, checks every tensor's sha256 and only then streams the
-whole state through the same in-place reload (bf16 values into an fp32 engine are exact).
+applies the verified versions to it, checks every tensor's sha256 and only then loads the
+whole state into the model (bf16 values into an fp32 engine are exact): copied straight into the
+parameters where services/rollout/reload.py knows the model, else through the same reload.
 """
 
 from __future__ import annotations
