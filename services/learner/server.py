@@ -246,6 +246,22 @@ def make_policy(zero_stage: int):
     return make
 
 
+def warm_up(one_rank: bool) -> float:
+    """What every process pays once before its first policy, paid before the service serves
+    instead of inside the first run's RL time: importing transformers' model classes (≈ 2 s
+    here) and, for one rank, DeepSpeed with its process group (its shm comm op, ≈ 1.7 s).
+    Several ranks import DeepSpeed and join their group when their first run starts
+    (services/learner/ranks.py). Returns the seconds it took."""
+    start = time.perf_counter()
+    from transformers import AutoModelForCausalLM  # noqa: F401 - the import is the warm-up
+
+    from services.learner.model import deepspeed_engine, policy  # noqa: F401
+
+    if one_rank:
+        deepspeed_engine.init_distributed()
+    return time.perf_counter() - start
+
+
 def serve(config: LearnerServiceConfig) -> None:
     if config.torch_threads:
         torch.set_num_threads(config.torch_threads)
@@ -260,6 +276,7 @@ def serve(config: LearnerServiceConfig) -> None:
         world = int(os.environ["WORLD_SIZE"])
         ranks = rank_group.RankGroup(world, children, config.collective_timeout_s / 4)
         log.info("learner rank 0 of %d (children %s)", world, [c.pid for c in children])
+    log.info("learner warmed up in %.1fs", warm_up(one_rank=ranks is None))
     redis_client = q.connect(config.redis_url)
     redis_client.ping()
     # One handler thread per admitted RPC: long-lived WatchRun streams must not leave an admitted
