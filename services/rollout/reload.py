@@ -10,8 +10,8 @@ engine module's docstring).
 A published version of an architecture in ``IN_PLACE_ARCHITECTURES`` on CPU skips vLLM's
 layerwise reload (``_copy_in_place``): that machinery re-creates every layer on the meta device,
 wraps each weight loader and counts the elements loaded, about two thirds of a small model's
-reload (25 of 35 ms a version for the demo's model, docs/performance.md). Every tensor is
-copied into its parameter (packed ones stacked as the model's ``packed_modules_mapping`` says)
+reload (skipping it: 36 → 16 ms a version for the demo's model, docs/performance.md). Every
+tensor is copied into its parameter (packed ones stacked as ``packed_modules_mapping`` says)
 and each linear layer's GEMM is re-packed as vLLM's own post-load step does. Anything it does
 not recognise — another architecture, a quantized layer, a name or shape that does not match —
 leaves the model untouched and takes the layerwise path.
