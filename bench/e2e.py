@@ -34,10 +34,13 @@ Reported:
   backward + optimizer seconds), over a peak GEMM FLOP/s measured here with the learner's
   thread count;
   ``learner_standalone_flops_over_peak``: the same update shape (the run's model, N, groups per
-  step, micro-batch, epochs, minibatches and threads; synthetic completions as long as the
+  step, micro-batch, epochs, minibatches, autocast and threads; synthetic completions as long as the
   run's on average and padded to the run's length, ``completion_range``; the same forward +
   backward + optimizer phases; default lr and no KL) timed alone after the cluster stopped
-  (bench/learner_update.py), and ``learner_in_pipeline_ratio`` = in-pipeline ÷ alone;
+  (bench/learner_update.py), and ``learner_in_pipeline_ratio`` = in-pipeline ÷ alone; the
+  peak is fp32's, also under ``learner_autocast`` bf16 (the run's train.autocast);
+* ``learner_logp_gap``: the mean over steps of learner/logp_gap, how far the learner's
+  log-probs of the sampled tokens are from the sampler's (bf16 autocast widens it);
 * ``rollout_reload_share``: a worker's seconds applying published weights ÷ its seconds
   generating plus applying (per group, means over the run);
 * ``accuracy_curve`` and ``seconds_to_target``: held-out greedy accuracy of the published
@@ -264,6 +267,7 @@ def main() -> None:
                 completion_tokens=completion_range(completion, padded),
                 epochs=epochs,
                 minibatches=minibatches,
+                autocast=run_cfg.train.autocast,
             ),
         )
         # the same phases on both sides: forward + backward + optimizer (0: a revision without them)
@@ -306,6 +310,10 @@ def main() -> None:
                 "learner_flops": flops,
                 "learner_standalone_flops_over_peak": alone_flops / peak,
                 "learner_in_pipeline_ratio": flops / alone_flops,
+                "learner_autocast": run_cfg.train.autocast,
+                "learner_logp_gap": statistics.fmean(
+                    [m["learner/logp_gap"] for m in steps if "learner/logp_gap" in m] or [0.0]
+                ),
                 "rollout_reload_share": reload_share,
                 "peak_gemm_flops": peak,
                 "warmstart_accuracy": inputs.accuracy,

@@ -54,6 +54,9 @@ for g in range(args["groups"]):
 # the run's optimizer steps per update (bench/e2e.py passes its recipe's epochs and minibatches);
 # only when not 1, so a --baseline revision whose TrainConfig lacks them still runs
 passes = {k: args[k] for k in ("epochs", "minibatches") if args.get(k, 1) != 1}
+# the forward's dtype likewise only when not the default (train.autocast)
+if args.get("autocast", "auto") != "auto":
+    passes["autocast"] = args["autocast"]
 train = TrainConfig(lr=2e-4, micro_batch_paths=args["micro_batch"], **passes)
 try:
     from services.learner.model.policy import Policy
@@ -120,6 +123,7 @@ def run_update(checkout: Path, model: str, args) -> dict:
         # optimizer steps per update: one unless the caller's recipe takes several
         "epochs": getattr(args, "epochs", 1),
         "minibatches": getattr(args, "minibatches", 1),
+        "autocast": getattr(args, "autocast", "auto"),
     }
     out = subprocess.run(
         [sys.executable, "-c", RUNNER, json.dumps(spec)],
@@ -142,6 +146,12 @@ def main() -> None:
     p.add_argument("--micro-batch", type=int, default=0, help="0: configs/demo.yaml's")
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--steps", type=int, default=3, help="timed updates per run")
+    p.add_argument(
+        "--autocast",
+        choices=("auto", "bf16", "fp32"),
+        default="auto",
+        help="train.autocast: the forward's dtype (auto: fp32 on CPU)",
+    )
     p.add_argument("--repeats", type=int, default=2, help="alternating runs per revision")
     args = p.parse_args()
     sys.path.insert(0, str(REPO))
@@ -188,6 +198,7 @@ def main() -> None:
     result = {
         "bench": "learner_update",
         "threads": args.threads,
+        "autocast": args.autocast,
         "groups": args.groups,
         "n": args.n,
         "parameters": params,

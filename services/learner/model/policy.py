@@ -37,6 +37,22 @@ from services.learner.publish import export_final
 log = logging.getLogger(__name__)
 
 
+def autocast_enabled(setting: str, device: torch.device) -> bool:
+    """Whether the forward runs under bf16 autocast (TrainConfig.autocast: 'auto' is bf16 on
+    CUDA only). bf16 on a CPU without native bf16 instructions is emulated: it runs, slowly."""
+    on = setting == "bf16" or (setting == "auto" and device.type == "cuda")
+    if on and device.type == "cpu" and not cpu_has_native_bf16():
+        log.warning("train.autocast bf16 on a CPU without native bf16 (AVX512-BF16 or AMX): the "
+                    "forward is emulated and slower than fp32")
+    return on
+
+
+def cpu_has_native_bf16() -> bool:
+    """Whether oneDNN runs bf16 matrix multiplies natively on this CPU."""
+    check = getattr(torch.ops.mkldnn, "_is_mkldnn_bf16_supported", None)
+    return bool(check is not None and torch.backends.mkldnn.is_available() and check())
+
+
 class PhaseClock:
     """Seconds spent per named phase, lap by lap (the step's time breakdown in metrics)."""
 
@@ -68,10 +84,10 @@ class Policy:
             self._load_reference()
         self.engine = deepspeed_engine.build_engine(model, train, zero_stage)
         self.base_lr = train.lr  # before the schedule's factor; a rollback lowers it
-        # Batches, the reference model and every loss tensor live on the engine's device; on
-        # CUDA the forward runs under bf16 autocast (fp32 master weights and loss math).
+        # Batches, the reference model and every loss tensor live on the engine's device; the
+        # forward may run under bf16 autocast (train.autocast; fp32 master weights and loss math).
         self.device = self.engine.device
-        self.autocast = self.device.type == "cuda"
+        self.autocast = autocast_enabled(train.autocast, self.device)
         if self.ref_model is not None:
             self.ref_model.to(self.device)
         self.kl = KLController(train)

@@ -1,0 +1,75 @@
+"""train.autocast on the CPU: 'bf16' runs the learner's forward in bf16 (the master weights stay
+fp32) with the fp32 loss and gradients within bf16 tolerance; 'auto' and 'fp32' keep fp32 there."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+from pydantic import ValidationError
+
+from brorl.config.train import TrainConfig
+from services.learner.model.batch import advantages_of, build_batches
+from services.learner.model.policy import Policy, autocast_enabled
+from tests.unit.services.learner.model.test_policy_cuda import loss_and_grads
+from tests.unit.services.learner.model.test_policy_nonfinite import groups
+from tests.unit.services.learner.tiny_model import tiny_qwen2
+
+
+@pytest.mark.parametrize(
+    "setting, device, on",
+    [
+        ("auto", "cpu", False),
+        ("auto", "cuda", True),
+        ("bf16", "cpu", True),
+        ("bf16", "cuda", True),
+        ("fp32", "cpu", False),
+        ("fp32", "cuda", False),
+    ],
+)
+def test_the_setting_resolves_per_device(setting, device, on):
+    assert autocast_enabled(setting, torch.device(device)) is on
+
+
+def test_an_unknown_dtype_is_refused():
+    assert TrainConfig().autocast == "auto"
+    with pytest.raises(ValidationError, match="autocast"):
+        TrainConfig(autocast="fp16")
+
+
+@pytest.mark.parametrize("kl_coef", [0.0, 0.1])
+def test_bf16_loss_and_gradients_match_fp32_within_bf16(kl_coef):
+    train = TrainConfig(kl_coef=kl_coef)
+    gs = groups(3)
+    chunks = build_batches(gs, advantages_of(gs, True, "grpo"), pad_id=0, max_paths=3)
+    fp32 = tiny_qwen2()
+    bf16 = copy.deepcopy(fp32)
+    ref = copy.deepcopy(fp32) if kl_coef else None
+    for chunk in chunks:
+        l32, g32 = loss_and_grads(fp32, chunk, train, ref)
+        l16, g16 = loss_and_grads(bf16, chunk, train, ref, autocast=True)
+        assert l16 != l32  # the forward did run in bf16
+        assert l16 == pytest.approx(l32, rel=3e-2, abs=3e-3)
+        cos = torch.nn.functional.cosine_similarity(g32, g16, dim=0)
+        assert cos > 0.99, float(cos)
+        assert (g16.norm() / g32.norm()).item() == pytest.approx(1.0, rel=5e-2)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("setting, dtype", [("bf16", torch.bfloat16), ("auto", torch.float32)])
+def test_a_policy_update_runs_its_forward_in_the_chosen_dtype(tmp_path, setting, dtype):
+    tiny_qwen2().save_pretrained(tmp_path)
+    policy = Policy(str(tmp_path), TrainConfig(lr=1e-2, autocast=setting))
+    seen = []
+    layer = policy.model.model.layers[0].mlp.down_proj
+    layer.register_forward_hook(lambda _m, _i, out: seen.append(out.dtype))
+    before = [p.detach().clone() for p in policy.model.parameters()]
+    out = policy.update(groups())
+    assert not out.get("learner/skipped_step")
+    assert seen and set(seen) == {dtype}
+    assert all(p.dtype == torch.float32 for p in policy.model.parameters())
+    moved = max(
+        (p.detach() - b).abs().max().item() for p, b in zip(policy.model.parameters(), before)
+    )
+    assert moved > 0
