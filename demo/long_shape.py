@@ -9,6 +9,7 @@ the demo's 6-token prompts, 2-6-token completions and 0.8 M-parameter model.
 * the completions: up to ``MAX_TOKENS`` tokens; a random model over 77 characters ends a
   completion (EOS) with a chance of about 1/81 a token, so most run to the cap;
 * the learner: its forward under bf16 autocast (``train.autocast``; fp32 master weights);
+* the worker: at most a step's paths (128) in one engine call (``rollout.batch_paths``);
 * the reward: ``relevance`` (char n-gram cosine of prompt and completion), a continuous score on
   which a random model's groups are never all-equal, so every group trains.
 
@@ -43,6 +44,10 @@ OVERRIDES = [
     # the learner's forward in bf16: 1.9x fp32 on a CPU with native bf16 (AVX512-BF16, AMX),
     # which these machines have; a CPU without them runs it emulated, slower (a warning says so)
     "run.train.autocast=bf16",
+    # at most a step's paths (2 x 64) an engine call: a 24 M model's decode is compute-bound at
+    # 64 sequences, so a call of four groups is no faster per path, and the step's second group
+    # would wait for the other two (docs/performance.md)
+    "rollout.batch_paths=128",
 ]
 
 

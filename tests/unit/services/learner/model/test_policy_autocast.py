@@ -73,3 +73,16 @@ def test_a_policy_update_runs_its_forward_in_the_chosen_dtype(tmp_path, setting,
         (p.detach() - b).abs().max().item() for p, b in zip(policy.model.parameters(), before)
     )
     assert moved > 0
+
+
+def test_bf16_on_a_cpu_without_native_bf16_warns(monkeypatch, caplog):
+    from services.learner.model import policy
+
+    monkeypatch.setattr(policy, "cpu_has_native_bf16", lambda: False)
+    assert autocast_enabled("bf16", torch.device("cpu"))
+    assert "without native bf16" in caplog.text
+    caplog.clear()
+    monkeypatch.setattr(policy, "cpu_has_native_bf16", lambda: True)
+    assert autocast_enabled("bf16", torch.device("cpu"))
+    assert autocast_enabled("auto", torch.device("cpu")) is False
+    assert caplog.text == ""
