@@ -121,8 +121,41 @@ def test_sparse_and_dense_encodings_are_chosen_by_density():
     assert codec.encode_tensor(old, old) is None
     sparse = codec.encode_tensor(old, mutate(old, 0.05, 1))
     dense = codec.encode_tensor(old, mutate(old, 0.6, 1))
-    assert sparse[0] == "sparse" and dense[0] == "xor"
-    assert len(sparse[2]) < len(dense[2]) < old.nbytes
+    assert sparse[0] == "sparse" and dense[0].startswith("xor")
+    assert len(sparse[2]) < len(dense[2])
+
+
+@pytest.mark.parametrize("dtype", [np.uint16, np.uint32])
+def test_a_dense_xor_stores_its_noisy_low_planes_and_deflates_the_rest(dtype):
+    rng = np.random.default_rng(3)
+    n, k = 200_000, np.dtype(dtype).itemsize
+    old = rng.integers(0, np.iinfo(dtype).max, n, dtype=dtype)
+    # as after an AdamW step: every element's last bits move, so the XOR's low byte is noise
+    ulps = old ^ rng.integers(1, 256, n).astype(dtype)
+    enc, changed, blob = codec.encode_tensor(old, ulps)
+    assert enc == "xor_raw1" and changed == n
+    assert n < len(blob) < n + 0.01 * (k - 1) * n  # the low plane raw, the others ~nothing
+    # a sparse-looking dense XOR: the low byte mostly zero too, so every plane is deflated
+    ones = old ^ (rng.random(n) < 0.3).astype(dtype)
+    assert codec.encode_tensor(old, ones)[0] == "xor"
+    for new in (ulps, ones):
+        e, c, b = codec.encode_tensor(old, new)
+        values, idx = codec.decode_tensor(e, c, b, n, dtype)
+        assert idx is None and np.array_equal(values, old ^ new)
+
+
+def test_a_malformed_raw_plane_encoding_is_refused():
+    old = np.arange(1000, dtype=np.uint16)
+    enc, changed, blob = codec.encode_tensor(
+        old, old ^ np.random.default_rng(0).integers(1, 256, 1000).astype(np.uint16)
+    )
+    assert enc == "xor_raw1"
+    with pytest.raises(codec.CodecError, match="unknown encoding"):
+        codec.decode_tensor("xor_raw2", changed, blob, 1000, np.uint16)
+    with pytest.raises(codec.CodecError, match="raw planes"):
+        codec.decode_tensor(enc, changed, blob[:500], 1000, np.uint16)
+    with pytest.raises(codec.CodecError, match="decompress"):
+        codec.decode_tensor(enc, changed, blob[:1000] + b"junk", 1000, np.uint16)
 
 
 def test_keyframe_is_a_safetensors_file_torch_loads(tmp_path):
