@@ -53,11 +53,11 @@ for g in range(args["groups"]):
     groups.append(group)
 # the run's optimizer steps per update (bench/e2e.py passes its recipe's epochs and minibatches);
 # only when not 1, so a --baseline revision whose TrainConfig lacks them still runs
-passes = {k: args[k] for k in ("epochs", "minibatches") if args.get(k, 1) != 1}
+fields = {k: args[k] for k in ("epochs", "minibatches") if args.get(k, 1) != 1}
 # the forward's dtype likewise only when not the default (train.autocast)
 if args.get("autocast", "auto") != "auto":
-    passes["autocast"] = args["autocast"]
-train = TrainConfig(lr=2e-4, micro_batch_paths=args["micro_batch"], **passes)
+    fields["autocast"] = args["autocast"]
+train = TrainConfig(lr=2e-4, micro_batch_paths=args["micro_batch"], **fields)
 try:
     from services.learner.model.policy import Policy
     policy = Policy(args["model"], train)
