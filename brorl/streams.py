@@ -116,9 +116,23 @@ class StreamQueue:
         entry = self.r.xadd(self.stream, {"data": data}, maxlen=self.maxlen, approximate=True)
         return entry.decode() if isinstance(entry, bytes) else entry
 
+    def put_many(self, items: list[bytes]) -> list[str]:
+        """Append ``items`` in one MULTI/EXEC: a consumer blocked on the stream wakes to all of
+        them, not to the first alone (Redis serves blocked readers after the transaction), so a
+        rollout worker can fill one engine call with a step's jobs."""
+        if not items:
+            return []
+        pipe = self.r.pipeline(transaction=True)
+        for data in items:
+            pipe.xadd(self.stream, {"data": data}, maxlen=self.maxlen, approximate=True)
+        return [_s(entry) for entry in pipe.execute()]
+
     # -- consuming ---------------------------------------------------------------------------
-    def read(self, count: int = 1, block_ms: int = 1000) -> list[Delivery]:
-        """Reclaimed entries of dead consumers first, then new ones; blocks up to ``block_ms``."""
+    def read(self, count: int = 1, block_ms: int | None = 1000) -> list[Delivery]:
+        """Reclaimed entries of dead consumers first, then new ones; blocks up to ``block_ms``
+        when there are none (None: returns at once)."""
+        if block_ms is not None and block_ms <= 0:
+            raise ValueError("block_ms must be positive or None (Redis reads BLOCK 0 as forever)")
         out = self._reclaim(count)
         if len(out) < count:
             resp = self.r.xreadgroup(

@@ -10,8 +10,10 @@ the demo's 6-token prompts, 2-6-token completions and 0.8 M-parameter model.
   completion (EOS) with a chance of about 1/81 a token, so most run to the cap;
 * the learner: its forward under bf16 autocast (``train.autocast``; fp32 master weights);
 * the worker: at most a step's paths (128) in one engine call (``rollout.batch_paths``);
-* the reward: ``relevance`` (char n-gram cosine of prompt and completion), a continuous score on
-  which a random model's groups are never all-equal, so every group trains.
+* the reward: ``relevance`` (char bigram cosine of prompt and completion), a continuous score on
+  which a random model's groups are never all-equal, so every group trains (with the default
+  trigrams most paths score 0, and now and then a whole group does: it is dropped, and the step
+  waits for another engine call).
 
 What is measured on it is throughput (samples/s, pipeline ratio, the learner's FLOP/s), not
 accuracy: nothing here is learnable in a benchmark's minutes.
@@ -34,6 +36,7 @@ MODEL = {"hidden_size": 512, "layers": 8, "heads": 8, "kv_heads": 2, "intermedia
 # the recipe overrides of the shape (configs/demo.yaml underneath)
 OVERRIDES = [
     "reward.functions.relevance.type=relevance",
+    "reward.functions.relevance.ngram=2",
     "run.reward_fn=relevance",
     f"run.sampling.max_tokens={MAX_TOKENS}",
     "run.sampling.n=64",

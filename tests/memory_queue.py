@@ -36,7 +36,10 @@ class MemoryStreamQueue:
         self.new.append(entry)
         return entry
 
-    def read(self, count: int = 1, block_ms: int = 1000) -> list[Delivery]:
+    def put_many(self, items: list[bytes]) -> list[str]:
+        return [self.put(data) for data in items]
+
+    def read(self, count: int = 1, block_ms: int | None = 1000) -> list[Delivery]:
         if not self.new:
             self.on_empty()
         taken, self.new = self.new[:count], self.new[count:]

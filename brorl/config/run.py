@@ -129,7 +129,8 @@ class AsyncConfig(StrictModel):
     max_inflight_groups: int = Field(
         4,
         ge=1,
-        description="Groups enqueued but not yet consumed (bounds staleness and Redis size).",
+        description="Groups enqueued but not yet consumed (bounds staleness and Redis size); "
+        "the learner sends them a step's groups at a time, or half this bound where that is less.",
     )
     group_timeout_s: float = Field(
         600.0, gt=0, description="Fail the run if no group arrives for this long."

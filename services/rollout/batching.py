@@ -12,7 +12,34 @@ its own.
 
 from __future__ import annotations
 
+from google.protobuf.message import DecodeError
+
+from brorl import sampling
+from brorl.v1 import common_pb2
+
 MAX_CLAIM = 64  # jobs claimed at once, whatever the groups' width
+
+
+def claim(queue, count: int, batch_paths: int, block_ms: int = 500) -> list:
+    """Up to ``count`` jobs from ``queue`` (a StreamQueue), waiting up to ``block_ms`` for the
+    first; then, without waiting, as many more as are queued and fill ``batch_paths`` at the
+    first job's width. ``count`` is what the worker learned from its last call, 1 when a run
+    starts; the learner enqueues a run's first jobs together (JobFeed.top_up), so the run's
+    first call holds a step's groups too, not the first job alone."""
+    claimed = queue.read(count=count, block_ms=block_ms)
+    width = job_width(claimed[0].data) if claimed else 0
+    more = claim_count(batch_paths, width) - len(claimed) if width else 0
+    return claimed + (queue.read(count=more, block_ms=None) if more > 0 else [])
+
+
+def job_width(data: bytes) -> int:
+    """Candidates the engine samples for a serialized PromptJob in a shared call; 0 for a job
+    that is not sampled in one (an environment's episodes) and for bytes that are no job."""
+    try:
+        job = common_pb2.PromptJob.FromString(data)
+    except DecodeError:
+        return 0
+    return 0 if job.env.address else sampling.candidates(job)
 
 
 def claim_count(batch_paths: int, candidates: int, most: int = MAX_CLAIM) -> int:

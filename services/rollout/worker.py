@@ -130,7 +130,7 @@ class RolloutWorker:
             return False
         self.maybe_reload(run_id)  # between calls: serve the run's newest published weights
         channels, queue = self._channels(run_id)
-        deliveries = queue.read(count=self._claim_count, block_ms=500)  # claim
+        deliveries = batching.claim(queue, self._claim_count, self.batch_paths)
         if not deliveries:
             return False
         # long jobs must not look like a dead worker's

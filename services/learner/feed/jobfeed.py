@@ -1,6 +1,7 @@
-"""The learner's job feed: keeps ``max_inflight_groups`` groups enqueued but not yet consumed.
-A group is one prompt job, or several parts when ``sampling.max_paths_per_job`` fans it out
-over workers; what each job asks the workers for is decided by ``brorl.sampling``.
+"""The learner's job feed: keeps up to ``max_inflight_groups`` groups enqueued but not yet
+consumed, sent a step's groups at a time (``JobFeed.top_up``). A group is one prompt job, or
+several parts when ``sampling.max_paths_per_job`` fans it out over workers; what each job asks
+the workers for is decided by ``brorl.sampling``.
 
 How many paths a group gets is ``sampling.budget``'s: ``uniform`` gives every group
 ``sampling.n``; ``adaptive`` splits ``total`` paths over each block of ``train.groups_per_step``
@@ -83,10 +84,29 @@ class JobFeed:
         return self.prompts[index].stratum if index < len(self.prompts) else ""
 
     def top_up(self, consumed: int, step: int) -> None:
-        """Enqueue groups until ``max_inflight_groups`` are in flight (enqueued − ``consumed``)."""
-        while self.cursor - consumed < self.cfg.asynchrony.max_inflight_groups:
-            self.send(self.cursor, step)
-            self.cursor += 1
+        """Enqueue groups until ``max_inflight_groups`` are in flight (enqueued − ``consumed``),
+        once at least a block of them (``block``) can go, all in one transaction. A worker
+        waiting for jobs then wakes to a step's groups together and samples them in one engine
+        call; sent one per consumed group, each went to an idle worker alone, and a step's
+        groups came from different calls (docs/performance.md, "A step's jobs sent together")."""
+        most = self.cfg.asynchrony.max_inflight_groups
+        if most - (self.cursor - consumed) < self.block:
+            return
+        jobs: list[bytes] = []
+        cursor = self.cursor
+        while cursor - consumed < most:
+            jobs += self.jobs(cursor, step)
+            cursor += 1
+        self.queue.put_many(jobs)
+        self.cursor = cursor  # only once they are enqueued: a failed put is retried whole
+
+    @property
+    def block(self) -> int:
+        """Groups the feed sends at once: a step's (``train.groups_per_step``), or half the
+        in-flight bound where that is less, so that the workers never wait for a block."""
+        return max(
+            1, min(self.cfg.train.groups_per_step, self.cfg.asynchrony.max_inflight_groups // 2)
+        )
 
     def group_size(self, cursor: int) -> int:
         """Paths of group ``g<cursor>`` under ``sampling.budget`` (module docstring)."""
@@ -105,9 +125,14 @@ class JobFeed:
 
     def send(self, cursor: int, step: int) -> None:
         """Enqueue the jobs of group ``g<cursor>``."""
+        self.queue.put_many(self.jobs(cursor, step))
+
+    def jobs(self, cursor: int, step: int) -> list[bytes]:
+        """The serialized PromptJobs of group ``g<cursor>`` (one per part)."""
         index = self.order[cursor]
         prompt = self.prompts[index]
         n = self.group_size(cursor)
+        out = []
         for part in sampling.job_parts(self.cfg.sampling, self.cfg.explore, step, n=n):
             job = common_pb2.PromptJob(
                 run_id=self.run_id,
@@ -129,4 +154,5 @@ class JobFeed:
                 explore=part.explore,
                 sampling=part.sampling,
             )
-            self.queue.put(job.SerializeToString())
+            out.append(job.SerializeToString())
+        return out

@@ -1,9 +1,11 @@
 """brorl.queue against the real Redis on 127.0.0.1:6379 (keys are unique per test)."""
 
+import threading
 import time
 import uuid
 
 import pytest
+import redis
 
 from brorl.queue import StreamQueue, connect
 from tests.waiting import wait_until
@@ -118,3 +120,34 @@ def test_a_renewed_lease_keeps_a_long_job_from_being_reclaimed(r):
     assert (
         client.xpending_range(f"{prefix}:s", "g", min="-", max="+", count=5)[0]["consumer"] == b"b"
     )
+
+
+def test_entries_put_together_wake_a_blocked_reader_together(r):
+    """put_many is one transaction: a consumer blocked on the stream gets all of its entries
+    in one read (entries put one by one wake it at the first: a worker's first engine call would
+    hold one job)."""
+    client, prefix = r
+    name = f"reader-{uuid.uuid4().hex[:8]}"
+    reader = make(redis.Redis.from_url("redis://127.0.0.1:6379/0", client_name=name), prefix, "a")
+    got: list = []
+    thread = threading.Thread(target=lambda: got.extend(reader.read(10, block_ms=10_000)))
+    thread.start()
+    wait_until(
+        lambda: any(c["name"] == name and "b" in c["flags"] for c in client.client_list()),
+        what="the reader blocks on the stream",
+    )
+    ids = make(client, prefix, "producer").put_many([b"one", b"two", b"three"])
+    thread.join(timeout=10)
+    assert [d.data for d in got] == [b"one", b"two", b"three"]
+    assert [d.entry_id for d in got] == ids
+    assert make(client, prefix, "p2").put_many([]) == []
+
+
+def test_a_read_without_blocking_returns_at_once(r):
+    client, prefix = r
+    q = make(client, prefix, "a")
+    assert q.read(5, block_ms=None) == []
+    q.put(b"x")
+    assert [d.data for d in q.read(5, block_ms=None)] == [b"x"]
+    with pytest.raises(ValueError, match="BLOCK 0"):
+        q.read(1, block_ms=0)  # Redis would wait forever

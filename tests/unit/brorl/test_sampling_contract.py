@@ -38,8 +38,10 @@ class RecordingEngine:
 
     def generate(self, prompts, **kwargs):
         self.calls.append(kwargs)
-        samples = [FakeSample([5 + i % 3, 6], [-0.5, -0.7], f"c{i}") for i in range(kwargs["n"])]
-        return [([3, 4], samples)]
+        n = kwargs["n"]
+        return [
+            ([3, 4], [FakeSample([5 + i % 3, 6], [-0.5, -0.7], f"c{i}") for i in range(n)])
+        ] * len(prompts)
 
     def decode(self, ids):
         return "".join(map(str, ids))

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from services.rollout.batching import MAX_CLAIM, calls, claim_count, shares
+from brorl.v1 import common_pb2
+from services.rollout.batching import MAX_CLAIM, calls, claim_count, job_width, shares
 
 
 @pytest.mark.parametrize(
@@ -43,3 +44,11 @@ def test_shares_add_up_to_the_call_and_follow_the_paths():
     assert sum(got) == pytest.approx(3.0)
     assert shares(2.0, [0, 0]) == [1.0, 1.0]  # nothing sampled: split evenly
     assert shares(1.0, []) == []
+
+
+def test_a_jobs_width_is_the_candidates_one_engine_call_samples_for_it():
+    job = common_pb2.PromptJob(sampling=common_pb2.SamplingParams(n=64))
+    assert job_width(job.SerializeToString()) == 64
+    job.env.address = "localhost:1"  # an environment's episodes are not sampled in a shared call
+    assert job_width(job.SerializeToString()) == 0
+    assert job_width(b"\xff\xff not a job") == 0

@@ -270,26 +270,37 @@ def test_a_job_with_an_environment_publishes_its_episodes():
 
 
 def test_jobs_claimed_together_are_sampled_in_one_engine_call():
-    """The first read claims one job (the worker does not know the groups' width yet); then as
-    many as fill batch_paths (16 // 4 = 4), sampled in one call, each published as its own group
-    with its own paths and acked; the call's seconds are shared out over the groups."""
+    """The first read claims one job (the worker does not know the groups' width yet), then, in
+    the same turn and without waiting, as many more as fill batch_paths at its width (16 // 4 =
+    4): a run's first call is as full as the later ones. The four are sampled in one call, each
+    published as its own group with its own paths and acked; the next turn claims the rest."""
     channels = MemoryChannels("r1")
     engine = TokenizingEngine()
     worker = worker_for(channels, engine, batch_paths=16)
     for i in range(6):
         put_job(channels, i, n=4, prompt=f"{i}+1=")
-    assert worker.step() and worker.step()
-    assert [len(prompts) for prompts, _ in engine.calls] == [1, 4]
-    assert engine.calls[1][0] == ["1+1=", "2+1=", "3+1=", "4+1="]
+    assert worker.step()
+    assert [len(prompts) for prompts, _ in engine.calls] == [4]
+    assert engine.calls[0][0] == ["0+1=", "1+1=", "2+1=", "3+1="]
     published = groups(channels)
-    assert [g.group_id for g in published] == ["g0", "g1", "g2", "g3", "g4"]
+    assert [g.group_id for g in published] == ["g0", "g1", "g2", "g3"]
     for g in published:
         assert [p.path_id for p in g.paths] == [f"{g.group_id}/{k}" for k in range(4)]
         assert {p.weight_version for p in g.paths} == {0} and g.generate_seconds >= 0
         assert list(g.prompt_token_ids) == [100 + ord(c) for c in g.prompt]
-    assert len(channels.prompts.pending) == 0 and len(channels.prompts.new) == 1
-    assert worker.stats.groups_published == 5
-    assert worker.step() and [len(p) for p, _ in engine.calls] == [1, 4, 1]
+    assert len(channels.prompts.pending) == 0 and len(channels.prompts.new) == 2
+    assert worker.step() and [len(p) for p, _ in engine.calls] == [4, 2]
+    assert worker.stats.groups_published == 6 and not channels.prompts.new
+    assert not worker.step()  # nothing left to claim
+
+
+def test_a_wider_first_job_claims_fewer_to_fill_the_call():
+    channels = MemoryChannels("r1")
+    engine = TokenizingEngine()
+    worker = worker_for(channels, engine, batch_paths=16)
+    for i in range(4):
+        put_job(channels, i, n=8)
+    assert worker.step() and [len(p) for p, _ in engine.calls] == [2]
 
 
 def test_jobs_that_sample_differently_get_their_own_calls():

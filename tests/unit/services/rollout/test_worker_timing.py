@@ -31,6 +31,7 @@ def test_reload_and_idle_seconds_ride_with_the_next_group(tmp_path):
         lambda run: channels,
         AlternatingReward(),
         run_id="r1",
+        batch_paths=4,  # a job a turn: the second turn's group has no reload before it
     )
     for i in range(2):
         job = common_pb2.PromptJob(
@@ -54,7 +55,7 @@ def test_reload_and_idle_seconds_ride_with_the_next_group(tmp_path):
 
 class RefusingEngine(RecordingEngine):
     def generate(self, prompts, **kwargs):
-        if len(prompts[0]) > 20:
+        if any(len(p) > 20 for p in prompts):
             raise ValueError("prompt (30 tokens) is longer than the maximum model length 16")
         return super().generate(prompts, **kwargs)
 
@@ -79,8 +80,14 @@ def test_a_prompt_the_engine_refuses_comes_back_at_once_as_an_error_group(tmp_pa
             sampling=common_pb2.SamplingParams(n=4, temperature=1.0),
         )
         channels.prompts.put(job.SerializeToString())
-    assert worker.step() and worker.step()
-    ok, refused = (common_pb2.PathGroup.FromString(d.data) for d in channels.paths.read(count=2))
+    assert worker.step()  # both in one turn: the call is refused, then each job alone
+    published = {
+        g.group_id: g
+        for g in map(
+            common_pb2.PathGroup.FromString, (d.data for d in channels.paths.read(count=2))
+        )
+    }
+    ok, refused = published["g0"], published["g1"]
     assert not ok.error and len(ok.paths) == 4
     assert "longer than the maximum model length" in refused.error and not refused.paths
     assert not channels.prompts.pending and not channels.prompts.dead  # acked, not retried
