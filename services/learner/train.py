@@ -107,6 +107,8 @@ class Trainer:
     def _run(self) -> None:
         self.start()
         train, stop = self.cfg.train, self.state.stop_requested
+        self._redis(lambda: self.feed.top_up(self.intake.consumed, self.step), "feeding")
+        self._warm_forward()  # while the workers sample the first jobs
         while self.step < train.steps and not stop.is_set():
             t0 = time.perf_counter()
             self._redis(lambda: self.feed.top_up(self.intake.consumed, self.step), "feeding")
@@ -182,6 +184,19 @@ class Trainer:
             self.publish_wait_s += self.sender.join()
             self._redis(lambda: self.heldout.start(self.step), "sending evaluation jobs")
         self.heldout.poll()
+
+    def _warm_forward(self) -> None:
+        """The policy's first forward, of a micro-batch as long as the run's longest first
+        prompts plus max_tokens, paid during the pipeline's fill (Policy.warm_forward)."""
+        longest = max((len(p.token_ids) for p in self.data.train[:64]), default=0)
+        length = longest + (self.cfg.sampling.max_tokens or 16)
+        seconds = self.policy.warm_forward(self.cfg.train.micro_batch_paths, length)
+        log.info(
+            "first forward (%d x %d tokens) in %.2fs",
+            self.cfg.train.micro_batch_paths,
+            length,
+            seconds,
+        )
 
     def _redis(self, fn, what: str):
         return retry_while_down(fn, self.cfg.asynchrony.redis_outage_s, what)

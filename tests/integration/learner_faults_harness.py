@@ -128,6 +128,9 @@ class JsonCheckpointPolicy:
     def __init__(self):
         self.updates: list[list[str]] = []
 
+    def warm_forward(self, paths: int, length: int) -> float:
+        return 0.0
+
     def update(self, groups) -> dict[str, float]:
         self.updates.append([g.group_id for g in groups])
         time.sleep(0.05)  # an update takes some time: a kill can land anywhere

@@ -42,8 +42,10 @@ def autocast_enabled(setting: str, device: torch.device) -> bool:
     CUDA only). bf16 on a CPU without native bf16 instructions is emulated: it runs, slowly."""
     on = setting == "bf16" or (setting == "auto" and device.type == "cuda")
     if on and device.type == "cpu" and not cpu_has_native_bf16():
-        log.warning("train.autocast bf16 on a CPU without native bf16 (AVX512-BF16 or AMX): the "
-                    "forward is emulated and slower than fp32")
+        log.warning(
+            "train.autocast bf16 on a CPU without native bf16 (AVX512-BF16 or AMX): the "
+            "forward is emulated and slower than fp32"
+        )
     return on
 
 
@@ -100,6 +102,32 @@ class Policy:
     @property
     def model(self):
         return self.engine.module
+
+    def warm_forward(self, paths: int, length: int) -> float:
+        """One forward of ``paths`` random sequences of ``length`` tokens (at most the model's
+        positions) without gradients, under the update's autocast; returns its seconds. A
+        process's first forward pays one-time costs (oneDNN's kernels for the dtype, the first
+        touch of the activations' memory): 2.5x a later one for the long shape's micro-batch in
+        bf16 (docs/performance.md). The trainer runs this while the workers sample the run's first
+        groups, so the first update does not pay them. In eval mode with its own generator: the
+        global RNG, the weights and their gradients are left as they were. One rank only (several
+        run a forward together); 0.0 on more."""
+        if self.world > 1:
+            return 0.0
+        start = time.perf_counter()
+        config = self.model.config
+        length = max(1, min(length, getattr(config, "max_position_embeddings", length)))
+        generator = torch.Generator().manual_seed(0)
+        ids = torch.randint(config.vocab_size, (max(paths, 1), length), generator=generator)
+        training = self.model.training
+        self.model.eval()
+        with (
+            torch.no_grad(),
+            torch.autocast(self.device.type, torch.bfloat16, enabled=self.autocast),
+        ):
+            self.model(input_ids=ids.to(self.device))  # (paths, length) -> logits, dropped
+        self.model.train(training)
+        return time.perf_counter() - start
 
     def update(self, groups) -> dict[str, float]:
         """One update from ``groups``: epochs × mini-batches optimizer steps (train.passes(); one

@@ -4,6 +4,7 @@ queue, a fake rollout that answers prompt jobs, and a policy that records what i
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -22,6 +23,13 @@ class RecordingPolicy:
 
     def __init__(self):
         self.updates: list[list[common_pb2.PathGroup]] = []
+        self.warms: list[tuple[int, int, int]] = []  # (paths, length, updates before it)
+        self.on_warm = lambda: None
+
+    def warm_forward(self, paths: int, length: int) -> float:
+        self.warms.append((paths, length, len(self.updates)))
+        self.on_warm()
+        return 0.0
 
     def update(self, groups) -> dict[str, float]:
         self.updates.append(list(groups))
@@ -231,3 +239,28 @@ def test_a_failing_weight_write_fails_the_run_and_nothing_is_sent_after_it(tmp_p
     store = WeightStore(tmp_path / "weights")
     assert store.version_dir(1).exists()
     assert not store.version_dir(2).exists() and not store.version_dir(3).exists()
+
+
+def test_the_first_forward_runs_while_the_first_jobs_are_sampled(tmp_path, monkeypatch):
+    """Trainer._warm_forward: once per run, after the first jobs are enqueued and before the
+    first update, a micro-batch as long as the longest prompt plus max_tokens."""
+    made: list[MemoryChannels] = []
+
+    class Channels(MemoryChannels):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            made.append(self)
+
+    monkeypatch.setattr(sys.modules[__name__], "MemoryChannels", Channels)
+    policy, queued = RecordingPolicy(), []
+    policy.on_warm = lambda: queued.append(len(made[0].prompts.entries))
+    run_trainer(
+        tmp_path,
+        fake_rollout(mixed),
+        policy,
+        sampling={"max_tokens": 7},
+        train={"micro_batch_paths": 3},
+    )
+    assert policy.warms == [(3, 7, 0)]  # no prompt token ids here: the length is max_tokens
+    assert queued == [4]  # the first jobs (max_inflight_groups) were sent before it
+    assert len(policy.updates) == 3

@@ -25,6 +25,9 @@ class ScalarPolicy:
         self.w, self.lr, self.kl_coef, self.kl, self.updates = 0.0, lr, 0.0, kl, 0
         self.set_calls: list[tuple[float, float]] = []
 
+    def warm_forward(self, paths: int, length: int) -> float:
+        return 0.0
+
     def update(self, groups) -> dict[str, float]:
         self.updates += 1
         self.w += self.lr

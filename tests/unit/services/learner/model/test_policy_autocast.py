@@ -86,3 +86,25 @@ def test_bf16_on_a_cpu_without_native_bf16_warns(monkeypatch, caplog):
     assert autocast_enabled("bf16", torch.device("cpu"))
     assert autocast_enabled("auto", torch.device("cpu")) is False
     assert caplog.text == ""
+
+
+@pytest.mark.slow
+def test_the_warm_forward_runs_in_the_updates_dtype_and_changes_nothing(tmp_path):
+    """Policy.warm_forward: a forward under the update's autocast that leaves the weights, their
+    gradients, the train mode and the global RNG as they were (a run's randomness must not depend
+    on whether its first forward was warmed)."""
+    tiny_qwen2().save_pretrained(tmp_path)
+    policy = Policy(str(tmp_path), TrainConfig(autocast="bf16"))
+    seen = []
+    layer = policy.model.model.layers[0].mlp.down_proj
+    layer.register_forward_hook(lambda _m, _i, out: seen.append((out.dtype, tuple(out.shape))))
+    before = [p.detach().clone() for p in policy.model.parameters()]
+    policy.model.train()
+    rng = torch.get_rng_state()
+    positions = policy.model.config.max_position_embeddings
+    assert policy.warm_forward(3, positions + 50) > 0
+    assert seen == [(torch.bfloat16, (3, positions, layer.out_features))]  # capped at the model's
+    assert torch.equal(torch.get_rng_state(), rng)
+    assert all(torch.equal(p, b) for p, b in zip(policy.model.parameters(), before))
+    assert all(p.grad is None for p in policy.model.parameters())
+    assert policy.model.training
