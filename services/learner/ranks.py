@@ -175,6 +175,10 @@ class DistributedPolicy:
         fn = lambda: self.local.set_hyperparameters(lr, kl_coef)  # noqa: E731
         self.ranks.run("set_hyperparameters", fn, {"lr": lr, "kl_coef": kl_coef})
 
+    def warm_forward(self, paths: int, length: int) -> float:
+        """Nothing: the ranks run a forward together, in an update (Policy.warm_forward)."""
+        return 0.0
+
 
 
 def _dump_cfg(cfg) -> str:
