@@ -103,6 +103,11 @@ class Policy:
     def model(self):
         return self.engine.module
 
+    def _forward_context(self):
+        """The context every forward of the update runs in: bf16 autocast where
+        ``train.autocast`` turns it on (autocast_enabled), a no-op context otherwise."""
+        return torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.autocast)
+
     def warm_forward(self, paths: int, length: int) -> float:
         """One forward of ``paths`` random sequences of ``length`` tokens (at most the model's
         positions) without gradients, under the update's autocast; returns its seconds. A
@@ -121,10 +126,7 @@ class Policy:
         ids = torch.randint(config.vocab_size, (max(paths, 1), length), generator=generator)
         training = self.model.training
         self.model.eval()
-        with (
-            torch.no_grad(),
-            torch.autocast(self.device.type, torch.bfloat16, enabled=self.autocast),
-        ):
+        with torch.no_grad(), self._forward_context():
             self.model(input_ids=ids.to(self.device))  # (paths, length) -> logits, dropped
         self.model.train(training)
         return time.perf_counter() - start
@@ -198,7 +200,7 @@ class Policy:
             self.before_chunk()
             chunk = at_least_two_positions(chunks[i], self.pad_id) if same_calls else chunks[i]
             chunk = chunk.to(self.device)
-            with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.autocast):
+            with self._forward_context():
                 loss, stats = policy_loss(self.engine, chunk, step_train, ref)
                 if self.critic is not None:
                     value_loss, value_stats = self.critic.loss(chunk)
@@ -278,7 +280,7 @@ class Policy:
         values (ppo) and the per-token KL to the reference (the KL in the reward)."""
         on = chunk.to(self.device)
         values = kl = None
-        with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.autocast):
+        with self._forward_context():
             if self.critic is not None:
                 self.critic.engine.eval()
                 values = self.critic.values(on)  # (b, C)
