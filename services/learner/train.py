@@ -30,6 +30,7 @@ import torch
 from brorl.queue import RunChannels, RunRegistry, retry_while_down
 from brorl.streams import NEVER_RECLAIM_MS
 from brorl.config.run import RunConfig
+from brorl.sampling import DEFAULT_MAX_TOKENS
 from brorl.weights.store import WeightStore
 from services.learner.intake.dead_letters import DeadLetterWatch
 from services.learner.cores import CoreBorrowing
@@ -189,7 +190,7 @@ class Trainer:
         """The policy's first forward, of a micro-batch as long as the run's longest first
         prompts plus max_tokens, paid during the pipeline's fill (Policy.warm_forward)."""
         longest = max((len(p.token_ids) for p in self.data.train[:64]), default=0)
-        length = longest + (self.cfg.sampling.max_tokens or 16)
+        length = longest + (self.cfg.sampling.max_tokens or DEFAULT_MAX_TOKENS)
         seconds = self.policy.warm_forward(self.cfg.train.micro_batch_paths, length)
         log.info(
             "first forward (%d x %d tokens) in %.2fs",
