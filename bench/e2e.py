@@ -17,6 +17,11 @@ Reported:
 * ``rollout_alone_paths_per_s``: the same workers generating and scoring the same kind of groups
   with no learner (one client thread per worker calling Generate then ScoreBatch), and
   ``pipeline_ratio`` = paths_per_s / rollout_alone_paths_per_s;
+* ``worker_alone_paths_per_s``: the workers' own loop with no learner (bench/worker_alone.py:
+  the run's jobs, several prompts a call, selection, groups published through Redis and taken
+  as they arrive, no weight reloads), and ``worker_pipeline_ratio`` = paths_per_s / it: what
+  the pipeline keeps of the rollout as the run's workers do it, where ``pipeline_ratio`` also
+  charges the pipeline with the loop's own work per group;
 * ``learner_alone_paths_per_s``: the run's generated paths per step ÷ the standalone update's
   seconds (below), the pace of a learner that never waits; ``bottleneck_ratio`` = paths_per_s /
   the slower of the two alone (the pipeline ratio when the rollout bounds the run; where the
@@ -67,6 +72,7 @@ from bench import stdout_to_stderr  # noqa: E402
 from demo import long_shape  # noqa: E402
 from bench.learner_update import run_update  # noqa: E402
 from bench.peak import peak_gemm_flops  # noqa: E402
+from bench.worker_alone import worker_loop_alone  # noqa: E402
 from brorl.cluster import REDIS_URL  # noqa: E402
 from brorl.apps import recipe  # noqa: E402
 from brorl.apps.demo_cmd import DemoConfig  # noqa: E402
@@ -83,7 +89,8 @@ KEYS = ("bench", "cluster_start_s", "rl_s", "paths_per_s", "rollout_alone_paths_
         "pipeline_ratio", "step_phases_s", "learner_flops_over_peak",
         "learner_standalone_flops_over_peak", "learner_in_pipeline_ratio", "rollout_reload_share",
         "learner_alone_paths_per_s", "bottleneck_ratio", "steady_paths_per_s",
-        "steady_pipeline_ratio", "steady_bottleneck_ratio", "accuracy_curve",
+        "steady_pipeline_ratio", "steady_bottleneck_ratio", "worker_alone_paths_per_s",
+        "worker_pipeline_ratio", "steady_worker_pipeline_ratio", "accuracy_curve",
         "seconds_to_target")  # fmt: skip
 
 
@@ -144,6 +151,7 @@ def main() -> None:
     p.add_argument("--eval-every", type=int, default=5, help="steps between evaluated versions")
     p.add_argument("--target", type=float, default=0.63, help="held-out accuracy target")
     p.add_argument("--rollout-seconds", type=float, default=30.0, help="rollout-alone window")
+    p.add_argument("--worker-seconds", type=float, default=15.0, help="worker-loop-alone window")
     p.add_argument("--config", default=str(REPO / "configs" / "demo.yaml"), help="demo recipe")
     p.add_argument("--workdir", default=str(REPO / ".cache" / "demo"))
     p.add_argument("--redis-url", default=REDIS_URL)
@@ -189,6 +197,10 @@ def main() -> None:
                 raise SystemExit(f"run {final['state']}: {final['message']}")
             log("rollout alone ...")
             alone = rollout_alone(cluster, cfg, run_cfg, prompts, args.rollout_seconds)
+            log("the worker loop alone ...")
+            loop_alone, loop_generate = worker_loop_alone(
+                args.redis_url, spec.namespace, run_cfg.model_copy(deep=True), args.worker_seconds
+            )
         run_dir = Path(final["run_dir"])
         metrics = [
             json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()
@@ -232,6 +244,7 @@ def main() -> None:
         # a worker's time between two jobs: reloading published weights, then waiting for work
         phases["rollout_reload_per_group"] = mean("rollout/reload_s")
         phases["rollout_idle_per_group"] = mean("rollout/idle_s")
+        phases["worker_alone_generate_per_group"] = loop_generate  # the engine with no learner
         # inside generate: vLLM's queue wait, prefill (to the first token) and decode; then the
         # Redis write + ack of the finished group
         for part in ("queue", "prefill", "decode", "publish"):
@@ -305,6 +318,9 @@ def main() -> None:
                 "steady_paths_per_s": steady,
                 "steady_pipeline_ratio": steady / alone,
                 "steady_bottleneck_ratio": steady / min(alone, learner_alone),
+                "worker_alone_paths_per_s": loop_alone,
+                "worker_pipeline_ratio": generated / rl_s / loop_alone,
+                "steady_worker_pipeline_ratio": steady / loop_alone,
                 "step_phases_s": phases,
                 "learner_flops_over_peak": flops / peak,
                 "learner_flops": flops,

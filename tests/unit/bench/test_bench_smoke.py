@@ -78,7 +78,8 @@ SMOKE = {
     ),
     "e2e": Smoke(
         ("--workdir", "{tmp}/work", "--base-port", "{base_port}", "--eval-every", "2")
-        + ("--rollout-seconds", "2", "run.sampling.n=16", "run.train.steps=2")
+        + ("--rollout-seconds", "2", "--worker-seconds", "2")
+        + ("run.sampling.n=16", "run.train.steps=2")
         + ("run.train.groups_per_step=1", "eval_problems=200", "train_problems=100")
         # a warm-start that answers some problems: after 5 steps every group was all wrong and
         # the run ended on the 500-group streak guard
