@@ -33,12 +33,16 @@ def claim(queue, count: int, batch_paths: int, block_ms: int = 500) -> list:
 
 
 def job_width(data: bytes) -> int:
-    """Candidates the engine samples for a serialized PromptJob in a shared call; 0 for a job
-    that is not sampled in one (an environment's episodes) and for bytes that are no job."""
+    """``width`` of a serialized PromptJob; 0 for bytes that are no job."""
     try:
-        job = common_pb2.PromptJob.FromString(data)
+        return width(common_pb2.PromptJob.FromString(data))
     except DecodeError:
         return 0
+
+
+def width(job: common_pb2.PromptJob) -> int:
+    """Candidates the engine samples for ``job`` in a shared call (its ``n`` there); 0 for a job
+    that is not sampled in one (an environment's episodes run turn by turn)."""
     return 0 if job.env.address else sampling.candidates(job)
 
 

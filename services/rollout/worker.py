@@ -211,10 +211,10 @@ class RolloutWorker:
     @staticmethod
     def engine_kwargs(job: common_pb2.PromptJob) -> dict:
         """The engine's sampling settings for ``job`` (brorl.sampling owns them); ``n`` counts the
-        candidates (hierarchical: M candidates, n kept)."""
+        candidates of a shared call (batching.width; hierarchical: M candidates, n kept)."""
         kwargs = sampling.effective(job.sampling).engine_kwargs()
-        if not job.env.address:
-            kwargs["n"] = sampling.candidates(job)
+        if candidates := batching.width(job):
+            kwargs["n"] = candidates
         return kwargs
 
     def sample(self, jobs: list, kwargs: dict) -> list[Generated]:
