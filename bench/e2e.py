@@ -17,11 +17,12 @@ Reported:
 * ``rollout_alone_paths_per_s``: the same workers generating and scoring the same kind of groups
   with no learner (one client thread per worker calling Generate then ScoreBatch), and
   ``pipeline_ratio`` = paths_per_s / rollout_alone_paths_per_s;
-* ``worker_alone_paths_per_s``: the workers' own loop with no learner (bench/worker_alone.py:
-  the run's jobs, several prompts a call, selection, groups published through Redis and taken
-  as they arrive, no weight reloads), and ``worker_pipeline_ratio`` = paths_per_s / it: what
-  the pipeline keeps of the rollout as the run's workers do it, where ``pipeline_ratio`` also
-  charges the pipeline with the loop's own work per group;
+* ``worker_alone_paths_per_s``: the workers' own loop with no learner
+  (bench/baselines/worker_loop.py: the run's jobs, several prompts a call, selection, groups
+  published through Redis and taken as they arrive, no weight reloads), and
+  ``worker_pipeline_ratio`` = paths_per_s / it: what the pipeline keeps of the rollout as the
+  run's workers do it, where ``pipeline_ratio`` also charges the pipeline with the loop's own
+  work per group;
 * ``learner_alone_paths_per_s``: the run's generated paths per step ÷ the standalone update's
   seconds (below), the pace of a learner that never waits; ``bottleneck_ratio`` = paths_per_s /
   the slower of the two alone (the pipeline ratio when the rollout bounds the run; where the
@@ -72,7 +73,7 @@ from bench import stdout_to_stderr  # noqa: E402
 from demo import long_shape  # noqa: E402
 from bench.learner_update import run_update  # noqa: E402
 from bench.peak import peak_gemm_flops  # noqa: E402
-from bench.worker_alone import worker_loop_alone  # noqa: E402
+from bench.baselines.worker_loop import worker_loop_alone  # noqa: E402
 from brorl.cluster import REDIS_URL  # noqa: E402
 from brorl.apps import recipe  # noqa: E402
 from brorl.apps.demo_cmd import DemoConfig  # noqa: E402
