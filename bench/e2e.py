@@ -245,6 +245,8 @@ def main() -> None:
         # a worker's time between two jobs: reloading published weights, then waiting for work
         phases["rollout_reload_per_group"] = mean("rollout/reload_s")
         phases["rollout_idle_per_group"] = mean("rollout/idle_s")
+        # before a call: waiting for an earlier call's tail (select, score, publish) to finish
+        phases["rollout_tail_wait_per_group"] = mean("rollout/tail_wait_s")
         phases["worker_alone_generate_per_group"] = loop_generate  # the engine with no learner
         # inside generate: vLLM's queue wait, prefill (to the first token) and decode; then the
         # Redis write + ack of the finished group

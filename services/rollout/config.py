@@ -100,6 +100,15 @@ class RolloutServiceConfig(StrictModel):
             "(a live worker renews every third of it)."
         ),
     )
+    overlap_tail: bool = Field(
+        True,
+        description=(
+            "Select, score and publish an engine call's groups on a second thread while the "
+            "engine samples the next call (services/rollout/tails.py), one call's tail at a "
+            "time: the engine keeps sampling while the reward service scores. false: the loop "
+            "does each call start to end."
+        ),
+    )
     batch_paths: int = Field(
         512,
         ge=1,

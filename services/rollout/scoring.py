@@ -7,18 +7,70 @@ The groups of one engine call are scored together: one ScoreBatch per reward fun
 verifier) for all of them, since a batch's items are independent (each carries its own prompt and
 reference, protos/brorl/v1/reward.proto) — a merged request scores exactly what the per-group
 requests would, in one round trip instead of one per group. Its deadline is the per-group deadline
-times the groups in it, the time the worker would have waited for them one by one."""
+times the groups in it, the time the worker would have waited for them one by one.
+
+``score_all`` is the worker's side of it: a call's jobs as (claim, job, Generated, selection,
+paths) tuples (services/rollout/worker.py), each job's scoring seconds set on its Generated, and a
+job the reward service refuses dead-lettered alone."""
 
 from __future__ import annotations
+
+import time
+
+import grpc
 
 from brorl import rpc, sampling
 from brorl.contract import EpisodeReward, RewardStatus
 from brorl.v1 import common_pb2, reward_pb2
+from services.rollout.batching import shares
 
 
 class RewardCalls:
     def __init__(self, reward_stub, deadline_s: float):
         self.stub, self.deadline_s = reward_stub, deadline_s
+
+    def score_all(self, ready: list[tuple]) -> list[bool]:
+        """Rewards for the jobs of one engine call (the worker's (claim, job, gen, chosen,
+        paths) tuples), False for a job the reward service refused (dead-lettered): the plain
+        jobs' paths in one request; episodes, and every job when the merged request is refused
+        or too big, one job at a time (so that only a refused job is dead-lettered)."""
+        plain = [r for r in ready if not r[1].env.address]
+        merged = len(plain) > 1 and self._score_merged(plain)
+        return [
+            (merged and not job.env.address) or self.score_job(claim, job, paths, gen)
+            for claim, job, gen, _, paths in ready
+        ]
+
+    def _score_merged(self, plain: list[tuple]) -> bool:
+        start = time.perf_counter()
+        try:
+            self.score_groups([(job, paths) for _, job, _, _, paths in plain])
+        except grpc.RpcError as exc:  # refused, or more than the service's max_batch
+            if exc.code().name not in ("INVALID_ARGUMENT", "RESOURCE_EXHAUSTED"):
+                raise
+            return False
+        seconds = shares(time.perf_counter() - start, [len(r[4]) for r in plain])
+        for (_, _, gen, _, _), part in zip(plain, seconds):
+            gen.seconds["score"] = part
+        return True
+
+    def score_job(self, claim, job, paths: list[common_pb2.Path], gen) -> bool:
+        """Rewards (and the verifier's) on ``paths``; False when the reward service refused
+        the job (INVALID_ARGUMENT: dead-lettered). Other errors propagate: the job stays
+        pending and is retried or reclaimed."""
+        start = time.perf_counter()
+        try:
+            if job.env.address:
+                self.score_episodes(job, paths, gen.samples)
+            else:
+                self.score(job, paths)
+        except grpc.RpcError as exc:
+            if exc.code() != grpc.StatusCode.INVALID_ARGUMENT:
+                raise
+            claim.dead_letter(f"reward service refused the job: {exc.details()}")
+            return False
+        gen.seconds["score"] = time.perf_counter() - start
+        return True
 
     def score(self, job: common_pb2.PromptJob, paths: list[common_pb2.Path]) -> None:
         """Set every path's reward, status and components (and the verifier's on its sample)."""

@@ -175,6 +175,7 @@ def serve(config: RolloutServiceConfig, engine=None) -> None:
                 run_id=config.run_id,
                 claim_idle_ms=config.claim_idle_ms,
                 batch_paths=config.batch_paths,
+                overlap_tail=config.overlap_tail,
                 reward_deadline_s=config.reward_deadline_s,
                 weight_fetch_deadline_s=config.weight_fetch_deadline_s,
                 stats=stats,

@@ -1,6 +1,7 @@
 """The rollout worker loop: claim prompt jobs → reload weights if due → generate (the jobs that
-sample alike in one engine call, services/rollout/batching.py) → per job: explore and select →
-score (a call's jobs in one request) → per job: publish the scored group (which acks the job).
+sample alike in one engine call, services/rollout/batching.py) → the call's tail: per job explore
+and select → score (a call's jobs in one request) → per job publish the scored group (which acks
+the job). In the service the tail runs beside the next call's sampling (services/rollout/tails.py).
 
 ``step`` and ``process`` are the loop on one page; each stage is a method a unit test can drive
 with fakes (an in-memory queue, a recording engine, a fake reward stub: tests/unit/services/
@@ -11,20 +12,20 @@ produced it.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 import time
 from dataclasses import dataclass, field
 from typing import Callable
 
-import grpc
 import numpy as np
 from google.protobuf.message import DecodeError
 
 from brorl import queue as q
 from brorl import sampling
 from brorl.v1 import common_pb2
-from services.rollout import batching, groups
+from services.rollout import batching, groups, tails
 from services.rollout.config import RolloutServiceConfig
 from services.rollout.episodes import EnvironmentChannels, EpisodeRunner, episode_stats
 from services.rollout.explore.select import Selection, select
@@ -90,6 +91,7 @@ class RolloutWorker:
         run_id: str = "",
         claim_idle_ms: int = DEFAULTS["claim_idle_ms"],
         batch_paths: int = DEFAULTS["batch_paths"],
+        overlap_tail: bool = DEFAULTS["overlap_tail"],
         reward_deadline_s: float = DEFAULTS["reward_deadline_s"],
         weight_fetch_deadline_s: float = DEFAULTS["weight_fetch_deadline_s"],
         stats: WorkerStats | None = None,
@@ -104,6 +106,7 @@ class RolloutWorker:
         self.fixed_run_id = run_id
         self.claim_idle_ms = claim_idle_ms
         self.batch_paths = batch_paths
+        self.overlap_tail = overlap_tail
         self._claim_count = 1  # jobs to claim next (batching.claim_count after each call)
         self.stats = stats or WorkerStats()
         self.name = q.consumer_name()
@@ -112,17 +115,25 @@ class RolloutWorker:
         self._free_since = time.perf_counter()
         self._reload_s = 0.0
         self._publish_s = 0.0  # Redis write + ack of the previous group
+        self._tail_wait_s = 0.0  # the tail runner's waited_s at the previous call
+        self.tails: tails.Inline | tails.TailThread = tails.Inline()  # run() overlaps them
         self.weights = WeightSync(engine, engine_lock, weight_fetch_deadline_s)
         self.environments = environments or EnvironmentChannels()
 
     def run(self, stop: threading.Event) -> None:
+        """The loop until ``stop``; with ``overlap_tail`` each call's tail runs beside the next
+        call's sampling."""
         log.info("worker %s started", self.name)
-        while not stop.is_set():
-            try:
-                self.step()
-            except Exception:  # noqa: BLE001 - keep the loop alive; the job stays pending and is retried
-                log.exception("worker step failed; retrying in 2 s")
-                stop.wait(2.0)
+        self.tails = tails.TailThread() if self.overlap_tail else tails.Inline()
+        try:
+            while not stop.is_set():
+                try:
+                    self.step()
+                except Exception:  # noqa: BLE001 - keep the loop alive; the job stays pending and is retried
+                    log.exception("worker step failed; retrying in 2 s")
+                    stop.wait(2.0)
+        finally:
+            self.tails.close()  # what was sampled is still published
 
     # -- the loop ------------------------------------------------------------------------------
     def step(self) -> bool:
@@ -136,29 +147,46 @@ class RolloutWorker:
         deliveries = batching.claim(queue, self._claim_count, self.batch_paths)
         if not deliveries:
             return False
-        # long jobs must not look like a dead worker's
-        with queue.lease(*(d.entry_id for d in deliveries)) as held:
-            self.process([Claimed(channels, queue, d, held) for d in deliveries])
+        lease = contextlib.ExitStack()  # held until the tail publishes: long jobs must not
+        held = lease.enter_context(queue.lease(*(d.entry_id for d in deliveries)))  # look dead
+        try:
+            tail = self.sample_claims([Claimed(channels, queue, d, held) for d in deliveries])
+        except BaseException:
+            lease.close()
+            raise
+        self.tails.run(tail, then=lease.close)
+        self._free_since = time.perf_counter()
         return True
 
     def process(self, claims: list[Claimed]) -> None:
         """Claimed jobs, start to end: generated together, each selected, all scored together,
         then each published as its own group; publishing a group acks its job."""
+        self.sample_claims(claims)()
+
+    def sample_claims(self, claims: list[Claimed]) -> tails.Tail:
+        """The claimed jobs sampled together; returns the call's tail (``finish``) to run."""
         between = self._between_jobs()
         jobs = [(claim, job) for claim in claims if (job := self.decode(claim)) is not None]
+        sampled = list(zip(jobs, self.generate_all([job for _, job in jobs])))
+        return lambda: self.finish(sampled, between)
+
+    def finish(self, sampled: list[tuple], between: dict[str, float]) -> None:
+        """A call's ((claim, job), Generated or the engine's refusal) pairs: a refused prompt
+        is published as an error group; the others selected, scored together, then published."""
         ready = []  # (claim, job, gen, chosen, paths) of the jobs the engine sampled
-        for (claim, job), gen in zip(jobs, self.generate_all([job for _, job in jobs])):
+        for (claim, job), gen in sampled:
             if isinstance(gen, ValueError):  # the engine refuses this prompt: retrying cannot help
                 self.publish(claim, job, self.error_group(claim, job, str(gen)))
             else:
                 chosen = self.select(job, gen)
                 ready.append((claim, job, gen, chosen, self.paths(job, gen, chosen)))
-        for (claim, job, gen, chosen, paths), scored in zip(ready, self.score_all(ready)):
+        for (claim, job, gen, chosen, paths), scored in zip(ready, self.rewards.score_all(ready)):
             if scored:  # else refused: dead-lettered
                 self.publish(claim, job, self.group(claim, job, gen, chosen, paths, between))
             # the jobs after the first of a call waited for nothing but the call itself
             between = {**between, "rollout/publish_s": self._publish_s}
             between.update({"rollout/reload_s": 0.0, "rollout/idle_s": 0.0})
+            between["rollout/tail_wait_s"] = 0.0
 
     # -- its stages ----------------------------------------------------------------------------
     def decode(self, claim: Claimed) -> common_pb2.PromptJob | None:
@@ -284,49 +312,6 @@ class RolloutWorker:
             weights=[chosen.weights[i] for i in chosen.kept],
         )
 
-    def score_all(self, ready: list[tuple]) -> list[bool]:
-        """Rewards for the jobs of one engine call (``process``'s tuples), False for a job the
-        reward service refused (dead-lettered): the plain jobs' paths in one request
-        (services/rollout/scoring.py); episodes, and every job when the merged request is refused
-        or too big, one job at a time (so that only a refused job is dead-lettered)."""
-        plain = [r for r in ready if not r[1].env.address]
-        merged = len(plain) > 1 and self._score_merged(plain)
-        return [
-            (merged and not job.env.address) or self.score(claim, job, paths, gen)
-            for claim, job, gen, _, paths in ready
-        ]
-
-    def _score_merged(self, plain: list[tuple]) -> bool:
-        start = time.perf_counter()
-        try:
-            self.rewards.score_groups([(job, paths) for _, job, _, _, paths in plain])
-        except grpc.RpcError as exc:  # refused, or more than the service's max_batch
-            if exc.code().name not in ("INVALID_ARGUMENT", "RESOURCE_EXHAUSTED"):
-                raise
-            return False
-        seconds = batching.shares(time.perf_counter() - start, [len(r[4]) for r in plain])
-        for (_, _, gen, _, _), part in zip(plain, seconds):
-            gen.seconds["score"] = part
-        return True
-
-    def score(self, claim: Claimed, job, paths: list[common_pb2.Path], gen: Generated) -> bool:
-        """Rewards (and the verifier's) on ``paths``; False when the reward service refused
-        the job (INVALID_ARGUMENT: dead-lettered). Other errors propagate: the job stays
-        pending and is retried or reclaimed."""
-        start = time.perf_counter()
-        try:
-            if job.env.address:
-                self.rewards.score_episodes(job, paths, gen.samples)
-            else:
-                self.rewards.score(job, paths)
-        except grpc.RpcError as exc:
-            if exc.code() != grpc.StatusCode.INVALID_ARGUMENT:
-                raise
-            claim.dead_letter(f"reward service refused the job: {exc.details()}")
-            return False
-        gen.seconds["score"] = time.perf_counter() - start
-        return True
-
     def group(self, claim: Claimed, job, gen: Generated, chosen: Selection, paths, between):
         common = groups.fields(claim.channels.run_id, job, gen.version, self.name)
         return groups.scored(common, gen, chosen, paths, between)
@@ -342,7 +327,6 @@ class RolloutWorker:
         claim.release()
         fresh = claim.channels.publish_group(claim.queue, claim.delivery.entry_id, job.job_id, data)
         self._publish_s = time.perf_counter() - start
-        self._free_since = time.perf_counter()
         if group.error:
             log.warning("job %s refused by the engine: %s", job.job_id, group.error)
             return
@@ -387,11 +371,14 @@ class RolloutWorker:
         self._reload_s += time.perf_counter() - start
 
     def _between_jobs(self) -> dict[str, float]:
-        """Since the previous job: publishing it, reloading weights, waiting for work."""
+        """Since the previous call was handed to its tail: reloading weights, waiting for work;
+        and before that hand-off, waiting for an earlier call's tail to finish."""
+        waited, self._tail_wait_s = self.tails.waited_s - self._tail_wait_s, self.tails.waited_s
         out = {
             "rollout/publish_s": self._publish_s,
             "rollout/reload_s": self._reload_s,
             "rollout/idle_s": max(time.perf_counter() - self._free_since - self._reload_s, 0.0),
+            "rollout/tail_wait_s": waited,
             **{k: float(v) for k, v in self.weights.counts.items()},  # cumulative, this worker
         }
         self._reload_s = 0.0
