@@ -185,8 +185,9 @@ class RolloutWorker:
                 self.publish(claim, job, self.group(claim, job, gen, chosen, paths, between))
             # the jobs after the first of a call waited for nothing but the call itself
             between = {**between, "rollout/publish_s": self._publish_s}
-            between.update({"rollout/reload_s": 0.0, "rollout/idle_s": 0.0})
-            between["rollout/tail_wait_s"] = 0.0
+            between.update(
+                {"rollout/reload_s": 0.0, "rollout/idle_s": 0.0, "rollout/tail_wait_s": 0.0}
+            )
 
     # -- its stages ----------------------------------------------------------------------------
     def decode(self, claim: Claimed) -> common_pb2.PromptJob | None:
