@@ -44,7 +44,8 @@ Reported:
   run's on average and padded to the run's length, ``completion_range``; the same forward +
   backward + optimizer phases; default lr and no KL) timed alone after the cluster stopped
   (bench/learner_update.py), and ``learner_in_pipeline_ratio`` = in-pipeline ÷ alone; the
-  peak is fp32's, also under ``learner_autocast`` bf16 (the run's train.autocast);
+  peak is fp32's, also under ``learner_autocast`` bf16 (the run's train.autocast;
+  ``learner_forward_dtype``: what it came to on this machine's CPU, bf16 or fp32);
 * ``learner_logp_gap``: the mean over steps of learner/logp_gap, how far the learner's
   log-probs of the sampled tokens are from the sampler's (bf16 autocast widens it);
 * ``rollout_reload_share``: a worker's seconds applying published weights ÷ its seconds
@@ -93,6 +94,16 @@ KEYS = ("bench", "cluster_start_s", "rl_s", "paths_per_s", "rollout_alone_paths_
         "steady_pipeline_ratio", "steady_bottleneck_ratio", "worker_alone_paths_per_s",
         "worker_pipeline_ratio", "steady_worker_pipeline_ratio", "accuracy_curve",
         "seconds_to_target")  # fmt: skip
+
+
+def forward_dtype(autocast: str) -> str:
+    """The learner's forward dtype here for a train.autocast setting ('native': bf16 only where
+    this CPU multiplies bf16 natively)."""
+    import torch
+
+    from services.learner.model.policy import autocast_enabled
+
+    return "bf16" if autocast_enabled(autocast, torch.device("cpu")) else "fp32"
 
 
 def log(msg: str) -> None:
@@ -330,6 +341,7 @@ def main() -> None:
                 "learner_standalone_flops_over_peak": alone_flops / peak,
                 "learner_in_pipeline_ratio": flops / alone_flops,
                 "learner_autocast": run_cfg.train.autocast,
+                "learner_forward_dtype": forward_dtype(run_cfg.train.autocast),
                 "learner_logp_gap": statistics.fmean(
                     [m["learner/logp_gap"] for m in steps if "learner/logp_gap" in m] or [0.0]
                 ),

@@ -148,7 +148,7 @@ def main() -> None:
     p.add_argument("--steps", type=int, default=3, help="timed updates per run")
     p.add_argument(
         "--autocast",
-        choices=("auto", "bf16", "fp32"),
+        choices=("auto", "native", "bf16", "fp32"),
         default="auto",
         help="train.autocast: the forward's dtype (auto: fp32 on CPU)",
     )

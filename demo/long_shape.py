@@ -8,7 +8,8 @@ the demo's 6-token prompts, 2-6-token completions and 0.8 M-parameter model.
   and the learner's one prompt pass per group pay;
 * the completions: up to ``MAX_TOKENS`` tokens; a random model over 77 characters ends a
   completion (EOS) with a chance of about 1/81 a token, so most run to the cap;
-* the learner: its forward under bf16 autocast (``train.autocast``; fp32 master weights);
+* the learner: its forward under bf16 autocast where the CPU has native bf16, fp32 elsewhere
+  (``train.autocast=native``; fp32 master weights);
 * the worker: at most a step's paths (128) in one engine call (``rollout.batch_paths``);
 * the reward: ``relevance`` (char bigram cosine of prompt and completion), a continuous score on
   which a random model's groups are never all-equal, so every group trains (with the default
@@ -44,9 +45,9 @@ OVERRIDES = [
     "run.train.micro_batch_paths=32",
     "run.async.max_inflight_groups=4",
     "run.train.steps=8",
-    # the learner's forward in bf16: 1.9x fp32 on a CPU with native bf16 (AVX512-BF16, AMX),
-    # which these machines have; a CPU without them runs it emulated, slower (a warning says so)
-    "run.train.autocast=bf16",
+    # the learner's forward in bf16 where its CPU multiplies bf16 natively (AVX512-BF16, AMX):
+    # 1.9x fp32 there; emulated elsewhere (an AVX2-only CPU took 336 s a step), so fp32 there
+    "run.train.autocast=native",
     # at most a step's paths (2 x 64) an engine call: a 24 M model's decode is compute-bound at
     # 64 sequences, so a call of four groups is no faster per path, and the step's second group
     # would wait for the other two (docs/performance.md)

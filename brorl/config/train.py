@@ -152,13 +152,14 @@ class TrainConfig(StrictModel):
     micro_batch_paths: int = Field(
         256, ge=1, description="Paths per forward/backward chunk (memory bound)."
     )
-    autocast: Literal["auto", "bf16", "fp32"] = Field(
+    autocast: Literal["auto", "native", "bf16", "fp32"] = Field(
         "auto",
         description="The forward's compute dtype (weights, optimizer and loss math stay fp32): "
         "'bf16' runs it under bf16 autocast, 'fp32' without, 'auto' bf16 on CUDA and fp32 on "
-        "CPU. On a CPU with native bf16 (AVX512-BF16, AMX) bf16 is faster (a forward + "
-        "backward of a 24 M model 1.9x, the demo's update 1.3x); without them it is emulated, "
-        "2.3x slower, and the learner warns (docs/performance.md).",
+        "CPU, 'native' bf16 wherever the learner's device multiplies bf16 natively (CUDA, a CPU "
+        "with AVX512-BF16 or AMX) and fp32 elsewhere. On a CPU with native bf16 it is faster "
+        "(a forward + backward of a 24 M model 1.9x, the demo's update 1.3x); without them it "
+        "is emulated, 2.3x slower or worse, and 'bf16' warns (docs/performance.md).",
     )
     seed: int = Field(0, description="Torch seed of the learner.")
     max_skipped_steps: int = Field(

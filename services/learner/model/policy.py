@@ -39,7 +39,10 @@ log = logging.getLogger(__name__)
 
 def autocast_enabled(setting: str, device: torch.device) -> bool:
     """Whether the forward runs under bf16 autocast (TrainConfig.autocast: 'auto' is bf16 on
-    CUDA only). bf16 on a CPU without native bf16 instructions is emulated: it runs, slowly."""
+    CUDA only, 'native' on CUDA and on a CPU with native bf16). bf16 on a CPU without native bf16
+    instructions is emulated: it runs, slowly."""
+    if setting == "native":
+        return device.type == "cuda" or (device.type == "cpu" and cpu_has_native_bf16())
     on = setting == "bf16" or (setting == "auto" and device.type == "cuda")
     if on and device.type == "cpu" and not cpu_has_native_bf16():
         log.warning(

@@ -35,6 +35,19 @@ def test_the_setting_resolves_per_device(setting, device, on):
     assert autocast_enabled(setting, torch.device(device)) is on
 
 
+@pytest.mark.parametrize("native", [False, True])
+def test_native_takes_bf16_only_where_the_cpu_has_it(monkeypatch, caplog, native):
+    """'native' (the long shape's): bf16 on CUDA and on a CPU with AVX512-BF16 or AMX, fp32 on
+    any other CPU, and no emulation warning either way."""
+    from services.learner.model import policy
+
+    monkeypatch.setattr(policy, "cpu_has_native_bf16", lambda: native)
+    assert autocast_enabled("native", torch.device("cpu")) is native
+    assert autocast_enabled("native", torch.device("cuda")) is True
+    assert caplog.text == ""
+    assert TrainConfig(autocast="native").autocast == "native"
+
+
 def test_an_unknown_dtype_is_refused():
     assert TrainConfig().autocast == "auto"
     with pytest.raises(ValidationError, match="autocast"):
