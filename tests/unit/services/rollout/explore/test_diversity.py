@@ -200,14 +200,21 @@ def test_path_diversity_index():
     ]
     ref = np.mean([1 - jaccard(few[i], few[j]) for i, j in ((0, 1), (0, 2), (1, 2))])
     assert abs(d.path_diversity_index(few, num_perm=256) - ref) < 0.1
-    half = [path] * 50 + rand[:50]  # all pairs vs sampled pairs agree
-    assert (
-        abs(
-            d.path_diversity_index(half, max_pairs=10**6)
-            - d.path_diversity_index(half, max_pairs=2000)
-        )
-        < 0.05
-    )
+    half = [path] * 50 + rand[:50]  # 1225 of the 4950 pairs are identical, the rest disjoint
+    assert d.path_diversity_index(half) == pytest.approx(1 - 1225 / 4950, abs=0.01)
+
+
+def equal_slot_pairs_reference(sig: np.ndarray) -> int:
+    """equal_slot_pairs' twin: every pair compared, slot by slot."""
+    P = sig.shape[0]
+    return sum(int((sig[i] == sig[j]).sum()) for i in range(P) for j in range(i + 1, P))
+
+
+@pytest.mark.parametrize("P, K, values", [(0, 3, 2), (1, 5, 2), (2, 1, 1), (3, 7, 2), (37, 5, 3),
+                                          (101, 64, 40), (64, 1, 1000)])  # fmt: skip
+def test_equal_slot_pairs_matches_the_pairwise_count(P, K, values):
+    sig = np.random.default_rng(P * 100 + K).integers(0, values, size=(P, K)).astype(np.uint64)
+    assert d.equal_slot_pairs(sig) == equal_slot_pairs_reference(sig)
 
 
 def test_unique_ngram_ratio_and_length_stats():
