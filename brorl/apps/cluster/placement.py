@@ -14,8 +14,12 @@ The rule, from the recipe's ``rollout_cpu_bind`` and the cores this process may 
 * rollout worker i: its engine's cores: ``auto`` every core but the last (what vLLM's ``auto``
   picks: it keeps the last core free), ``spread`` the i-th core, a core list that list; a worker
   with more threads than those cores is not pinned (its OpenMP threads would take turns);
-* reward and environment services: the workers' cores: they compute while a worker waits for
-  their answer, so they take no time from the worker there and none from the learner;
+* reward and environment services: not pinned. A worker scores a call on its tail thread while
+  its engine samples the next (services/rollout/tails.py), so a reward service on the engine's
+  core takes its time from sampling; the operating system puts it on whichever core is idle
+  (in demo_fast the learner's, which waits for groups a third of a step; in a learner-bound run
+  the engine's). Measured, demo_fast: 1,569 / 1,586 paths/s pinned to the worker's core, 1,628 /
+  1,640 unpinned, 1,645 / 1,670 pinned to the learner's (docs/performance.md);
 * learner: the cores no worker has, when there is one for each of its threads (ranks × torch
   threads; else unpinned: ranks squeezed onto fewer cores would wait for each other at every
   collective), and it may borrow the workers' cores while they have nothing to sample
@@ -82,11 +86,9 @@ def placement(
     pinned = [c for c in out.values() if c is not None]
     if not pinned:
         return {**out, "reward": None, "env": None, "learner": None}
-    taken = frozenset().union(*pinned)
-    helpers = taken if taken != frozenset(usable) else None
-    rest = frozenset(usable) - taken
+    rest = frozenset(usable) - frozenset().union(*pinned)
     learner = rest if len(rest) >= max(learner_threads, 1) else None
-    return {**out, "reward": helpers, "env": helpers, "learner": learner}
+    return {**out, "reward": None, "env": None, "learner": learner}
 
 
 def borrowable(cores: dict[str, Cores], learner_overrides: dict) -> list[int]:
