@@ -84,10 +84,9 @@ def placement(
         cores = worker_cores(mode, i, usable)
         out[f"rollout-{i}"] = cores if cores and len(cores) >= worker_threads else None
     pinned = [c for c in out.values() if c is not None]
-    if not pinned:
-        return {**out, "reward": None, "env": None, "learner": None}
     rest = frozenset(usable) - frozenset().union(*pinned)
-    learner = rest if len(rest) >= max(learner_threads, 1) else None
+    # no worker pinned: the learner is not pinned either (it would be all cores anyway)
+    learner = rest if pinned and len(rest) >= max(learner_threads, 1) else None
     return {**out, "reward": None, "env": None, "learner": learner}
 
 
