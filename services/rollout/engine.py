@@ -34,9 +34,11 @@ parameters where services/rollout/reload.py knows the model, else through the sa
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import logging
 import os
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -63,6 +65,57 @@ class Sample:
     logprobs: list[float]  # sampling logprob of each token in token_ids (same length)
     text: str  # detokenized completion (special tokens skipped)
     finish_reason: str  # "stop" (EOS or stop string) | "length" (max_tokens reached)
+
+
+class EngineLock:
+    """The engine's lock, handed to its waiters in the order they asked (FIFO).
+
+    A plain ``threading.Lock`` is not fair: a thread that releases it and asks again at once
+    (the worker loop between two calls) takes it back before a waiter wakes, so ``close_engine``
+    at shutdown or a Generate call could wait out its whole timeout. Here ``release`` hands the
+    lock straight to the oldest waiter. Same interface as the parts of ``threading.Lock`` the
+    rollout uses: ``acquire(blocking, timeout)``, ``release``, ``locked``, ``with``."""
+
+    def __init__(self) -> None:
+        self._mutex = threading.Lock()  # guards the two fields below
+        self._held = False
+        self._waiters: collections.deque[list] = collections.deque()  # [Event, granted]
+
+    def acquire(self, blocking: bool = True, timeout: float = -1) -> bool:
+        with self._mutex:
+            if not self._held and not self._waiters:
+                self._held = True
+                return True
+            if not blocking:
+                return False
+            waiter = [threading.Event(), False]
+            self._waiters.append(waiter)
+        waiter[0].wait(None if timeout < 0 else timeout)
+        with self._mutex:
+            if waiter[1]:  # handed over by release (perhaps just as the wait timed out)
+                return True
+            self._waiters.remove(waiter)
+            return False
+
+    def release(self) -> None:
+        with self._mutex:
+            if not self._held:
+                raise RuntimeError("release of an engine lock that is not held")
+            if self._waiters:  # stays held: ownership passes to the oldest waiter
+                waiter = self._waiters.popleft()
+                waiter[1] = True
+                waiter[0].set()
+            else:
+                self._held = False
+
+    def locked(self) -> bool:
+        return self._held
+
+    def __enter__(self) -> bool:
+        return self.acquire()
+
+    def __exit__(self, *exc) -> None:
+        self.release()
 
 
 def _samples(out, decode=None) -> list[Sample]:
@@ -266,9 +319,9 @@ class RolloutEngine:
     def apply_weight_chain(self, steps: list[Step], run_id: str, careful: bool) -> ChainResult:
         """Apply verified versions (brorl.weights.chain) to the engine's serving state in the
         worker process and serve the result; only small files cross processes (the paths)."""
-        [out] = self._llm.collective_rpc(
-            "brorl_apply_chain", args=([dataclasses.asdict(s) for s in steps], run_id, careful)
-        )
+        # shallow: asdict would deep-copy every manifest (1.4 ms a demo version, in-process)
+        fields = [{f.name: getattr(s, f.name) for f in dataclasses.fields(s)} for s in steps]
+        [out] = self._llm.collective_rpc("brorl_apply_chain", args=(fields, run_id, careful))
         result = ChainResult(Held(**out["held"]), Held(**out["loaded"]), out["error"])
         self.last_apply = {k: v for k, v in out.items() if isinstance(v, (int, float))}
         if result.loaded.version >= 0 and result.loaded != self.serving:

@@ -14,6 +14,7 @@ from brorl.errors import InvalidArgument, Unavailable
 from brorl.metrics import Metrics, Sample
 from brorl.v1 import reward_pb2_grpc, rollout_pb2, rollout_pb2_grpc
 from services.rollout.config import RolloutServiceConfig
+from services.rollout.engine import EngineLock
 from services.rollout.samples import to_paths, validate_sampling
 from services.rollout.episodes import EnvironmentChannels
 from services.rollout.worker import RolloutWorker, WorkerStats
@@ -24,7 +25,7 @@ SERVICE_NAME = rollout_pb2.DESCRIPTOR.services_by_name["RolloutService"].full_na
 
 class RolloutServicer(rollout_pb2_grpc.RolloutServiceServicer):
     def __init__(
-        self, engine, engine_lock: threading.Lock, config: RolloutServiceConfig, stats: WorkerStats
+        self, engine, engine_lock: EngineLock, config: RolloutServiceConfig, stats: WorkerStats
     ):
         self.engine = engine
         self.lock = engine_lock
@@ -134,7 +135,7 @@ ENGINE_CLOSE_WAIT_S = 5.0  # at shutdown: how long the engine's current call may
 # launcher gives a service 10 s after SIGTERM)
 
 
-def close_engine(engine, lock: threading.Lock, wait_s: float = ENGINE_CLOSE_WAIT_S) -> None:
+def close_engine(engine, lock: EngineLock, wait_s: float = ENGINE_CLOSE_WAIT_S) -> None:
     """Close the engine under its lock and never give the lock back. Every engine call
     (sampling, a weight apply) holds the lock, so the worker thread cannot call a closed engine
     afterwards; a call still running after ``wait_s`` (a long wide group) is cut by the close."""
@@ -153,7 +154,7 @@ def serve(config: RolloutServiceConfig, engine=None) -> None:
         metrics=metrics,
     )
     stats = WorkerStats()
-    lock = threading.Lock()
+    lock = EngineLock()
     servicer = RolloutServicer(None, lock, config, stats)
     metrics.read_at_scrape(lambda: worker_samples(servicer))
     rollout_pb2_grpc.add_RolloutServiceServicer_to_server(servicer, server.grpc)

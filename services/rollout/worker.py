@@ -27,6 +27,7 @@ from brorl import sampling
 from brorl.v1 import common_pb2
 from services.rollout import batching, groups, tails
 from services.rollout.config import RolloutServiceConfig
+from services.rollout.engine import EngineLock
 from services.rollout.episodes import EnvironmentChannels, EpisodeRunner, episode_stats
 from services.rollout.explore.select import Selection, select
 from services.rollout.samples import to_paths
@@ -83,7 +84,7 @@ class RolloutWorker:
     def __init__(
         self,
         engine,
-        engine_lock: threading.Lock,
+        engine_lock: EngineLock,
         registry: q.RunRegistry,
         open_run: Callable[[str], q.RunChannels],
         reward_stub,

@@ -144,6 +144,24 @@ def test_a_dense_xor_stores_its_noisy_low_planes_and_deflates_the_rest(dtype):
         assert idx is None and np.array_equal(values, old ^ new)
 
 
+@pytest.mark.parametrize("dtype", ["<u2", ">u2", "<u4", ">u4"])
+@pytest.mark.parametrize("n", [1, 7, 4097])
+def test_byte_planes_are_the_files_layout_whatever_the_byte_order(dtype, n):
+    """The delta file's planes: every word's lowest byte, then the next (the per-element
+    reference below); read back into the words whatever the input's byte order."""
+    rng = np.random.default_rng(n)
+    k = np.dtype(dtype).itemsize
+    x = rng.integers(0, 2 ** (8 * k) - 1, n, dtype=np.uint64).astype(dtype)
+    planes = codec._planes(x)
+    want = bytes((int(w) >> (8 * p)) & 0xFF for p in range(k) for w in x)
+    assert planes == want
+    back = codec._unplanes(planes, dtype, n)
+    assert back.dtype == np.dtype(dtype) and np.array_equal(back, x)
+    assert codec._planes(np.array([0x0102, 0x0304], dtype=dtype)) == (
+        b"\x02\x04\x01\x03" if k == 2 else b"\x02\x04\x01\x03" + bytes(4)
+    )
+
+
 def test_a_malformed_raw_plane_encoding_is_refused():
     old = np.arange(1000, dtype=np.uint16)
     enc, changed, blob = codec.encode_tensor(
