@@ -44,7 +44,10 @@ OVERRIDES = [
     "run.train.groups_per_step=2",
     "run.train.micro_batch_paths=32",
     "run.async.max_inflight_groups=4",
-    "run.train.steps=8",
+    # 24 steps: over 8, the first call's fill and the last update (nothing overlaps either)
+    # weigh as much as 2 of ~9 steps, and the ratios measure the run's start more than the
+    # run (docs/performance.md: pipeline ratio 0.73 over 8 steps and 0.88 over 24 on one VM)
+    "run.train.steps=24",
     # the learner's forward in bf16 where its CPU multiplies bf16 natively (AVX512-BF16, AMX):
     # 1.9x fp32 there; emulated elsewhere (an AVX2-only CPU took 336 s a step), so fp32 there
     "run.train.autocast=native",
