@@ -173,6 +173,7 @@ def exchange_rank(rank: int, world: int, port: int, n: int, out: str) -> None:
     onebit = best(lambda: compressed_allreduce(comm, x, worker, server, BLOCK, n))
     if rank == 0:
         Path(out).write_text(json.dumps({"fp32_all_reduce_s": fp32, "onebit_exchange_s": onebit}))
+    dist.barrier()  # every rank done before any tears down (gloo's teardown can abort otherwise)
     dist.destroy_process_group()
 
 
