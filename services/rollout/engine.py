@@ -79,7 +79,8 @@ class EngineLock:
     def __init__(self) -> None:
         self._mutex = threading.Lock()  # guards the two fields below
         self._held = False
-        self._waiters: collections.deque[list] = collections.deque()  # [Event, granted]
+        # one Event a waiter; only ``release`` sets it, when it hands the lock over
+        self._waiters: collections.deque[threading.Event] = collections.deque()
 
     def acquire(self, blocking: bool = True, timeout: float = -1) -> bool:
         with self._mutex:
@@ -88,13 +89,13 @@ class EngineLock:
                 return True
             if not blocking:
                 return False
-            waiter = [threading.Event(), False]
-            self._waiters.append(waiter)
-        waiter[0].wait(None if timeout < 0 else timeout)
+            handed = threading.Event()
+            self._waiters.append(handed)
+        handed.wait(None if timeout < 0 else timeout)
         with self._mutex:
-            if waiter[1]:  # handed over by release (perhaps just as the wait timed out)
+            if handed.is_set():  # handed over by release (perhaps just as the wait timed out)
                 return True
-            self._waiters.remove(waiter)
+            self._waiters.remove(handed)
             return False
 
     def release(self) -> None:
@@ -102,9 +103,7 @@ class EngineLock:
             if not self._held:
                 raise RuntimeError("release of an engine lock that is not held")
             if self._waiters:  # stays held: ownership passes to the oldest waiter
-                waiter = self._waiters.popleft()
-                waiter[1] = True
-                waiter[0].set()
+                self._waiters.popleft().set()
             else:
                 self._held = False
 

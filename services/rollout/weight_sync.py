@@ -31,6 +31,7 @@ from pathlib import Path
 from brorl.v1 import common_pb2
 from brorl.weights.store import MANIFEST
 from brorl.weights.chain import ChainError, Held, Step, plan_chain, read_step, verified_steps
+from services.rollout.engine import EngineLock
 
 log = logging.getLogger(__name__)
 
@@ -51,7 +52,7 @@ class _Fetch:
 
 
 class WeightSync:
-    def __init__(self, engine, lock: threading.Lock, deadline_s: float = 60.0):
+    def __init__(self, engine, lock: EngineLock, deadline_s: float = 60.0):
         self.engine, self.lock, self.deadline_s = engine, lock, deadline_s
         self.held = Held()  # what the engine's serving state holds
         self.loaded_run = ""  # the run whose published weights the engine serves
