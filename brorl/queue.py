@@ -153,12 +153,38 @@ class RunChannels:
             self.r.expire(key, seconds)
 
     def publish_weights(self, pointer: common_pb2.WeightVersion) -> None:
-        """Point the run's workers at a committed weight version."""
-        self.r.set(self.keys["weights"], pointer.SerializeToString())
+        """Point the run's workers at a committed weight version, and announce it to those
+        listening (``weight_announcements``: a worker stages it while its engine samples)."""
+        raw = pointer.SerializeToString()
+        pipe = self.r.pipeline(transaction=False)
+        pipe.set(self.keys["weights"], raw)
+        pipe.publish(self.keys["weights"], raw)
+        pipe.execute()
+
+    def weight_announcements(self) -> "Announcements":
+        """The pointers ``publish_weights`` announces from now on. An announcement can be
+        missed (a reconnect): the pointer key read by ``read_weights`` stays the truth."""
+        return Announcements(self.r, self.keys["weights"])
 
     def read_weights(self) -> common_pb2.WeightVersion | None:
         raw = self.r.get(self.keys["weights"])
         return common_pb2.WeightVersion.FromString(raw) if raw else None
+
+
+class Announcements:
+    """A subscription to a run's announced weight pointers (Redis pub/sub)."""
+
+    def __init__(self, r: redis.Redis, channel: str):
+        self._sub = r.pubsub(ignore_subscribe_messages=True)
+        self._sub.subscribe(channel)
+
+    def next(self, timeout_s: float) -> common_pb2.WeightVersion | None:
+        """The next pointer announced within ``timeout_s`` (the wait holds no GIL), or None."""
+        msg = self._sub.get_message(timeout=timeout_s)
+        return common_pb2.WeightVersion.FromString(msg["data"]) if msg else None
+
+    def close(self) -> None:
+        self._sub.close()
 
 
 class RedisUnavailable(ConnectionError):

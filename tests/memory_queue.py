@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import itertools
+import queue
 from typing import Callable
 
 from brorl.queue import DeadLetter, Delivery
@@ -81,6 +82,7 @@ class MemoryChannels:
         )
         self.expired_after: int | None = None
         self.pointers: list[common_pb2.WeightVersion] = []
+        self.listeners: list = []  # weight_announcements subscribers
         self.done: set[str] = set()
 
     def prompt_queue(self, **options) -> MemoryStreamQueue:
@@ -118,9 +120,32 @@ class MemoryChannels:
 
     def publish_weights(self, pointer: common_pb2.WeightVersion) -> None:
         self.pointers.append(pointer)
+        for listener in self.listeners:
+            listener.put(pointer)
+
+    def weight_announcements(self) -> "MemoryAnnouncements":
+        self.listeners.append(listener := MemoryAnnouncements(self.listeners))
+        return listener
 
     def read_weights(self) -> common_pb2.WeightVersion | None:
         return self.pointers[-1] if self.pointers else None
+
+
+class MemoryAnnouncements(queue.Queue):
+    """RunChannels.weight_announcements in memory."""
+
+    def __init__(self, listeners: list):
+        super().__init__()
+        self.listeners = listeners
+
+    def next(self, timeout_s: float) -> common_pb2.WeightVersion | None:
+        try:
+            return self.get(timeout=timeout_s)
+        except queue.Empty:
+            return None
+
+    def close(self) -> None:
+        self.listeners.remove(self)
 
 
 class MemoryRegistry:

@@ -134,6 +134,22 @@ class RolloutServiceConfig(StrictModel):
             "(rollout/weights_fetch_stalls) and the worker keeps serving the version it has."
         ),
     )
+    watch_weights: bool = Field(
+        True,
+        description=(
+            "Listen to the run's announced weight versions while the engine samples and fetch, "
+            "verify and stage each at once beside the call (services/rollout/weight_sync.py), "
+            "so that the next call only swaps it in. false: all of it between calls."
+        ),
+    )
+    background_cores: list[int] = Field(
+        default_factory=list,
+        description=(
+            "Cores the weight fetch and staging may run on besides the service's own (the local "
+            "cluster passes every core it uses: the staging then takes no time from the engine "
+            "pinned to its cores). Empty: the service's cores only."
+        ),
+    )
     engine: EngineConfig = Field(
         default_factory=EngineConfig, description="The vLLM engine of this worker."
     )

@@ -135,6 +135,11 @@ def _samples(out, decode=None) -> list[Sample]:
     return samples
 
 
+def _step_fields(steps: list[Step]) -> list[dict]:
+    # shallow: asdict would deep-copy every manifest (1.4 ms a demo version, in-process)
+    return [{f.name: getattr(s, f.name) for f in dataclasses.fields(s)} for s in steps]
+
+
 def _prepare_process_env(
     kv_cache_gib: int, cpu_threads_bind: str = "auto", in_process: bool = True
 ) -> None:
@@ -175,6 +180,8 @@ class RolloutEngine:
 
         self.model_path = str(model_path)
         self.max_model_len = max_model_len
+        self.in_process = in_process
+        self._worker = None  # vLLM's worker, for stage_weight_chain (in-process engines)
         self.weight_version = 0  # the weights in model_path
         self.serving = Held()  # the published version the model holds (none: model_path / a dir)
         self.last_apply: dict[str, float] = {}  # seconds of the last apply_weight_chain
@@ -318,22 +325,47 @@ class RolloutEngine:
     def apply_weight_chain(self, steps: list[Step], run_id: str, careful: bool) -> ChainResult:
         """Apply verified versions (brorl.weights.chain) to the engine's serving state in the
         worker process and serve the result; only small files cross processes (the paths)."""
-        # shallow: asdict would deep-copy every manifest (1.4 ms a demo version, in-process)
-        fields = [{f.name: getattr(s, f.name) for f in dataclasses.fields(s)} for s in steps]
-        [out] = self._llm.collective_rpc("brorl_apply_chain", args=(fields, run_id, careful))
-        result = ChainResult(Held(**out["held"]), Held(**out["loaded"]), out["error"])
-        self.last_apply = {k: v for k, v in out.items() if isinstance(v, (int, float))}
-        if result.loaded.version >= 0 and result.loaded != self.serving:
-            self._llm.reset_prefix_cache()  # cached KV blocks were computed with the old weights
-            self.serving, self.weight_version = result.loaded, result.loaded.version
-        logger.info(
-            "weight chain %s applied in %.3fs (+ reload %.3fs): serving v%d",
-            [s.version for s in steps],
-            out["apply_seconds"],
-            out.get("seconds", 0.0),
-            result.loaded.version,
+        [out] = self._llm.collective_rpc(
+            "brorl_apply_chain", args=(_step_fields(steps), run_id, careful)
         )
-        return result
+        self.last_apply = {k: v for k, v in out.items() if isinstance(v, (int, float))}
+        self._serve(Held(**out["loaded"]))
+        return ChainResult(Held(**out["held"]), Held(**out["loaded"]), out["error"])
+
+    @property
+    def stages_weights(self) -> bool:
+        """Whether ``stage_weight_chain`` may run beside a call: the worker is in this process."""
+        return self.in_process
+
+    def stage_weight_chain(self, steps: list[Step], run_id: str, careful: bool) -> ChainResult:
+        """The first half of ``apply_weight_chain``, without the engine lock and beside a running
+        call (``stages_weights`` engines only): the serving state advanced and the model's next
+        weights prepared; the model serves the old ones until ``swap_staged``. The result's
+        ``loaded`` is what the swap will serve."""
+        if self._worker is None:
+            [self._worker] = self._llm.collective_rpc("brorl_self")
+        out = self._worker.brorl_stage_chain(_step_fields(steps), run_id, careful)
+        self.last_apply = {k: v for k, v in out.items() if isinstance(v, (int, float))}
+        return ChainResult(Held(**out["held"]), Held(**out["staged"]), out["error"])
+
+    def swap_staged(self) -> Held:
+        """Serve what ``stage_weight_chain`` staged (under the engine lock, between calls)."""
+        [out] = self._llm.collective_rpc("brorl_swap_staged")
+        self.last_apply.update({k: v for k, v in out.items() if isinstance(v, (int, float))})
+        self._serve(Held(**out["loaded"]))
+        return Held(**out["loaded"])
+
+    def _serve(self, loaded: Held) -> None:
+        if loaded.version >= 0 and loaded != self.serving:
+            self._llm.reset_prefix_cache()  # cached KV blocks were computed with the old weights
+            self.serving, self.weight_version = loaded, loaded.version
+            logger.info(
+                "serving weight v%d (state %.3fs, prepare %.3fs, swap %.3fs)",
+                loaded.version,
+                self.last_apply.get("apply_seconds", 0.0),
+                self.last_apply.get("prepare_seconds", 0.0),
+                self.last_apply.get("seconds", 0.0),
+            )
 
     def weight_checksum(self) -> float:
         return self._llm.collective_rpc("brorl_weight_checksum")[0]

@@ -8,13 +8,15 @@ GEMM dispatch of the layers that keep their weight (``_refresh_cpu_gemm_dispatch
 engine module's docstring).
 
 A published version of an architecture in ``IN_PLACE_ARCHITECTURES`` on CPU skips vLLM's
-layerwise reload (``_copy_in_place``): that machinery re-creates every layer on the meta device,
-wraps each weight loader and counts the elements loaded, about two thirds of a small model's
-reload (skipping it: 36 → 16 ms a version for the demo's model, docs/performance.md). Every
-tensor is copied into its parameter (packed ones stacked as ``packed_modules_mapping`` says)
-and each linear layer's GEMM is re-packed as vLLM's own post-load step does. Anything it does
-not recognise — another architecture, a quantized layer, a name or shape that does not match —
-leaves the model untouched and takes the layerwise path.
+layerwise reload (``_prepare_in_place``, ``_swap_in``): that machinery re-creates every layer
+on the meta device, wraps each weight loader and counts the elements loaded, about two thirds
+of a small model's reload (skipping it: 36 → 16 ms a version for the demo's model,
+docs/performance.md). Every tensor is copied into its parameter (packed ones stacked as
+``packed_modules_mapping`` says) and each linear layer's GEMM is re-packed as vLLM's own
+post-load step does. The copies and the packing are prepared beside a running call
+(``brorl_stage_chain``, on the rollout worker's fetch thread); the swap between calls only
+installs them. Anything it does not recognise — another architecture, a quantized layer, a
+name or shape that does not match — leaves the model untouched and takes the layerwise path.
 
 The driver side (the ``LLM``, sampling, the rollout service's calls) is
 services/rollout/engine.py; these two are the only modules that import vllm, one per process.
@@ -25,6 +27,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import time
+from types import SimpleNamespace
 from typing import Any
 
 from services.rollout.weight_files import (
@@ -71,10 +74,12 @@ def _refresh_cpu_gemm_dispatch(model) -> int:
     return refreshed
 
 
-def _copy_in_place(model, tensors: dict) -> int | None:
-    """Load HF-named ``tensors`` (a whole state) into the model without the layerwise reload:
-    the number of parameters written, or None — the model untouched — when the model or the
-    tensors are not what this path knows (module docstring)."""
+def _prepare_in_place(model, tensors: dict) -> list | None:
+    """What loading HF-named ``tensors`` (a whole state) into the model without the layerwise
+    reload takes, computed without touching the model: per parameter, its new value and, for a
+    linear layer whose weight vLLM packed and dropped, its new GEMM (packed on a stand-in
+    layer). None when the model or the tensors are not what this path knows (module
+    docstring). ``_swap_in`` then installs it."""
     import torch
     from vllm.model_executor.layers.linear import UnquantizedLinearMethod
     from vllm.model_executor.layers.utils import dispatch_cpu_unquantized_gemm
@@ -111,17 +116,30 @@ def _copy_in_place(model, tensors: dict) -> int | None:
             return None
         if any(p[1:] != shape[1:] for p in parts) or not (rows == shape[0] or padded):
             return None
+    prepared = []  # (module, parameter name, new value or None, packed stand-in or None)
     for module, pname, names, _, repack, _ in plan:
         value = tensors[names[0]] if len(names) == 1 else torch.cat([tensors[n] for n in names])
+        param = getattr(module, pname)
         if repack:  # as UnquantizedLinearMethod.process_weights_after_loading does on CPU
-            dtype = getattr(module, pname).dtype
-            module.weight = torch.nn.Parameter(value.to(dtype).contiguous(), requires_grad=False)
-            dispatch_cpu_unquantized_gemm(module, remove_weight=True)
+            weight = value.to(param.dtype).contiguous()
+            stand_in = SimpleNamespace(weight=torch.nn.Parameter(weight, requires_grad=False))
+            dispatch_cpu_unquantized_gemm(stand_in, remove_weight=True)
+            prepared.append((module, pname, None, stand_in))
+        else:  # the parameter's whole new value (padded rows zero), copied in by the swap
+            full = torch.zeros_like(param)
+            full[: value.shape[0]].copy_(value)
+            prepared.append((module, pname, full, None))
+    return prepared
+
+
+def _swap_in(model, prepared: list) -> int:
+    """Install what ``_prepare_in_place`` computed; the number of parameters written."""
+    for module, pname, full, stand_in in prepared:
+        if stand_in is not None:  # the packed GEMM and the dropped weight, as dispatch left them
+            module.weight, module.cpu_linear = stand_in.weight, stand_in.cpu_linear
         else:
-            param = getattr(module, pname)
-            param[: value.shape[0]].copy_(value)
-            param[value.shape[0] :].zero_()
-    return len(plan)
+            getattr(module, pname).copy_(full)
+    return len(prepared)
 
 
 class ReloadExtension:
@@ -134,10 +152,24 @@ class ReloadExtension:
         self._brorl_loaded = Held()  # the model no longer holds the serving state's version
         return self._brorl_reload(iter_safetensors(files), weights_dir)
 
+    def brorl_self(self):
+        """This worker: an in-process engine stages versions on it directly, from a thread that
+        runs beside the engine's calls (services/rollout/engine.py ``stage_weight_chain``)."""
+        return self
+
     def brorl_apply_chain(self, steps: list[dict], run_id: str, careful: bool) -> dict[str, Any]:
+        """``brorl_stage_chain`` then ``brorl_swap_staged``: the versions applied and the model
+        serving the result, in one call."""
+        out = self.brorl_stage_chain(steps, run_id, careful)
+        return {**out, **self.brorl_swap_staged()}
+
+    def brorl_stage_chain(self, steps: list[dict], run_id: str, careful: bool) -> dict[str, Any]:
         """Apply verified keyframe/delta versions to this worker's serving state
-        (brorl.weights.chain.ServingState, kept across calls), then load the result into the
-        model when it verified. Returns what the state and the model hold, and the error."""
+        (brorl.weights.chain.ServingState, kept across calls) and, when the result verified and
+        the model does not hold it, prepare the model's next weights without touching the model
+        (``_prepare_in_place``; ``brorl_swap_staged`` installs them). Safe beside a running
+        engine call: nothing here is read by the model. Returns what the state holds, what the
+        swap will load (``staged``), and the error."""
         from brorl.weights.chain import ChainError, Held, ServingState, Step
 
         state = getattr(self, "_brorl_state", None)
@@ -150,42 +182,62 @@ class ReloadExtension:
         except ChainError as exc:
             error = {"version": exc.version, "reason": exc.reason}
         applied_s = time.perf_counter() - start
-        loaded = getattr(self, "_brorl_loaded", Held())
-        stats: dict[str, Any] = {}
-        if state.held.version >= 0 and state.held != loaded:
-            source = f"serving state v{state.held.version}"
-            stats = self._brorl_reload(serving_tensors(state), source, in_place=True)
-            self._brorl_loaded = loaded = state.held
+        staged = getattr(self, "_brorl_loaded", Held())
+        self._brorl_staged = None
+        if state.held.version >= 0 and state.held != staged:
+            staged = state.held
+            self._brorl_staged = (staged, self._brorl_prepare(serving_tensors(state)))
         return {
             "held": dataclasses.asdict(state.held),
-            "loaded": dataclasses.asdict(loaded),
+            "staged": dataclasses.asdict(staged),
             "error": error,
             "apply_seconds": applied_s,
-            **stats,
+            "prepare_seconds": time.perf_counter() - start - applied_s,
         }
 
-    def _brorl_reload(self, tensors, source: str, in_place: bool = False) -> dict[str, Any]:
-        """Stream (HF name, tensor) pairs through vLLM's in-place reload, then re-dispatch the
-        CPU GEMMs of layers that keep their weight (module docstring). ``in_place``: the
-        tensors are a whole state held in memory (the serving state's views), which
-        ``_copy_in_place`` may load directly on CPU."""
+    def brorl_swap_staged(self) -> dict[str, Any]:
+        """Serve what ``brorl_stage_chain`` staged (between engine calls): the prepared weights
+        swapped in, or, where none could be prepared, the serving state reloaded. Returns what
+        the model holds now."""
+        from brorl.weights.chain import Held
+
+        staged, self._brorl_staged = getattr(self, "_brorl_staged", None), None
+        stats: dict[str, Any] = {}
+        if staged is not None:
+            held, prepared = staged
+            source = f"serving state v{held.version}"
+            stats = self._brorl_reload(serving_tensors(self._brorl_state), source, prepared)
+            self._brorl_loaded = held
+        return {"loaded": dataclasses.asdict(getattr(self, "_brorl_loaded", Held())), **stats}
+
+    def _brorl_prepare(self, tensors) -> list | None:
+        """The in-place load of a whole state, prepared (CPU only; None: the layerwise reload)."""
+        import torch
+        from vllm.platforms import current_platform
+
+        if not current_platform.is_cpu():
+            return None
+        with torch.no_grad():
+            return _prepare_in_place(self.model_runner.get_model(), dict(tensors))
+
+    def _brorl_reload(self, tensors, source: str, prepared: list | None = None) -> dict[str, Any]:
+        """Install ``prepared`` (``_prepare_in_place``) or, without it, stream the (HF name,
+        tensor) pairs through vLLM's in-place reload; then re-dispatch the CPU GEMMs of layers
+        that keep their weight (module docstring)."""
         import torch
         from vllm.platforms import current_platform
 
         model = self.model_runner.get_model()
-        if in_place and current_platform.is_cpu():
+        if prepared is not None:
             start = time.perf_counter()
-            tensors = dict(tensors)
             with torch.no_grad():
-                written = _copy_in_place(model, tensors)
-                if written is not None:
-                    return {
-                        "tensors": len(tensors),
-                        "in_place": 1,
-                        "cpu_gemm_refreshed": _refresh_cpu_gemm_dispatch(model),
-                        "seconds": time.perf_counter() - start,
-                    }
-            tensors = tensors.items()
+                written = _swap_in(model, prepared)
+                return {
+                    "tensors": written,
+                    "in_place": 1,
+                    "cpu_gemm_refreshed": _refresh_cpu_gemm_dispatch(model),
+                    "seconds": time.perf_counter() - start,
+                }
         names: list[str] = []
 
         def counted():

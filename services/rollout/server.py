@@ -179,6 +179,8 @@ def serve(config: RolloutServiceConfig, engine=None) -> None:
                 overlap_tail=config.overlap_tail,
                 reward_deadline_s=config.reward_deadline_s,
                 weight_fetch_deadline_s=config.weight_fetch_deadline_s,
+                watch_weights=config.watch_weights,
+                background_cores=config.background_cores,
                 stats=stats,
                 environments=EnvironmentChannels(config.security),
             )

@@ -32,7 +32,7 @@ from services.rollout.episodes import EnvironmentChannels, EpisodeRunner, episod
 from services.rollout.explore.select import Selection, select
 from services.rollout.samples import to_paths
 from services.rollout.scoring import RewardCalls
-from services.rollout.weight_sync import WeightSync
+from services.rollout.weight_sync import WeightSync, weight_watch
 
 log = logging.getLogger(__name__)
 
@@ -95,6 +95,8 @@ class RolloutWorker:
         overlap_tail: bool = DEFAULTS["overlap_tail"],
         reward_deadline_s: float = DEFAULTS["reward_deadline_s"],
         weight_fetch_deadline_s: float = DEFAULTS["weight_fetch_deadline_s"],
+        watch_weights: bool = DEFAULTS["watch_weights"],
+        background_cores: tuple[int, ...] = (),
         stats: WorkerStats | None = None,
         environments: EnvironmentChannels | None = None,
     ):
@@ -118,7 +120,9 @@ class RolloutWorker:
         self._publish_s = 0.0  # Redis write + ack of the previous group
         self._tail_wait_s = 0.0  # the tail runner's waited_s at the previous call
         self.tails: tails.Inline | tails.TailThread = tails.Inline()  # run() overlaps them
-        self.weights = WeightSync(engine, engine_lock, weight_fetch_deadline_s)
+        self.weights = WeightSync(engine, engine_lock, weight_fetch_deadline_s, background_cores)
+        self.watch_weights = watch_weights
+        self._run_id = ""  # the run the loop follows now, for the weights watch
         self.environments = environments or EnvironmentChannels()
 
     def run(self, stop: threading.Event) -> None:
@@ -127,19 +131,25 @@ class RolloutWorker:
         log.info("worker %s started", self.name)
         self.tails = tails.TailThread() if self.overlap_tail else tails.Inline()
         try:
-            while not stop.is_set():
-                try:
-                    self.step()
-                except Exception:  # noqa: BLE001 - keep the loop alive; the job stays pending and is retried
-                    log.exception("worker step failed; retrying in 2 s")
-                    stop.wait(2.0)
+            with weight_watch(self.weights, self.followed, self.watch_weights):
+                while not stop.is_set():
+                    try:
+                        self.step()
+                    except Exception:  # noqa: BLE001 - keep the loop alive; the job stays pending and is retried
+                        log.exception("worker step failed; retrying in 2 s")
+                        stop.wait(2.0)
         finally:
             self.tails.close()  # what was sampled is still published
+
+    def followed(self) -> tuple[str, q.RunChannels | None]:
+        """The run the loop follows and its channels, once opened (for the weights watch)."""
+        opened = self._runs.get(run_id := self._run_id)
+        return run_id, opened[0] if opened else None
 
     # -- the loop ------------------------------------------------------------------------------
     def step(self) -> bool:
         """One turn of the loop: the jobs claimed together; False when there was nothing to do."""
-        run_id = self.current_run()
+        run_id = self._run_id = self.current_run()
         if not run_id:
             time.sleep(NO_RUN_POLL_S)
             return False

@@ -1,7 +1,8 @@
 """Delta sync through the real rollout reload path: the learner's publisher writes a bf16
 keyframe and deltas of the tiny model, the worker's WeightSync brings the real vLLM engine to
 the newest version, and the engine then computes what transformers computes with the same
-reconstructed weights (bf16 values in the fp32 engine). A corrupt delta is rejected and the
+reconstructed weights (bf16 values in the fp32 engine). A version staged beside a call leaves
+the model on the old one until the swap. A corrupt delta is rejected and the
 engine keeps serving the last version that verified."""
 
 from __future__ import annotations
@@ -63,15 +64,23 @@ def test_deltas_reach_the_engine_exactly(tmp_path, tiny_model_dir, tiny_engine):
         _, diff_old, _ = greedy_report(engine, hf0, hf0.config.eos_token_id)
         assert diff_old > 10 * TOL, "the deltas did not change what the engine computes"
 
-        for v in (4, 5):
-            publish(v)
+        publish(4)  # staged beside a call: the model serves version 3 until the swap
+        sync.prefetch("run-delta", pointers[-1])
+        sync._fetch.thread.join(60)
+        assert engine.stages_weights and engine.weight_version == 3
+        _, diff, same = greedy_report(engine, hf3, hf3.config.eos_token_id)
+        assert same and diff <= TOL, f"a staged version changed the model: {diff}"
+        assert sync.sync("run-delta", pointers[-1]) and engine.weight_version == 4
+        assert engine.last_apply["in_place"] == 1 and engine.last_apply["prepare_seconds"] > 0
+        hf4 = hf_with(tiny_model_dir, expected[4])
+
+        publish(5)
         bad = Path(pointers[5].uri) / codec.DELTA_FILE
         data = bytearray(bad.read_bytes())
         data[len(data) // 2] ^= 0x10
         bad.write_bytes(bytes(data))
-        assert sync.sync("run-delta", pointers[-1])
+        assert not sync.sync("run-delta", pointers[-1])  # nothing newer verified
         assert engine.weight_version == 4 and sync.counts["rollout/weights_rejected"] == 1
-        hf4 = hf_with(tiny_model_dir, expected[4])
         _, diff4, same4 = greedy_report(engine, hf4, hf4.config.eos_token_id)
         assert same4 and diff4 <= TOL, f"engine at the last verified version: {diff4}"
         assert len(PROMPTS) > 0

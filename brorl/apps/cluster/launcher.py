@@ -206,7 +206,10 @@ class Cluster:
         self.ensure_redis()
         scrape_targets.empty_dir(self.ports)  # an earlier cluster's port files go
         reward = {
-            "bind": self.reward_address, **self._ports("reward"), **secure, **s.reward_overrides
+            "bind": self.reward_address,
+            **self._ports("reward"),
+            **secure,
+            **s.reward_overrides,
         }
         self._spawn("reward", service_command("reward", reward), cores["reward"])
         if s.environment:
@@ -224,6 +227,8 @@ class Cluster:
                         "reward_address": self.reward_address,
                         "namespace": s.namespace,
                         "engine.cpu_threads_bind": worker_cpu_bind(s.rollout_cpu_bind, i),
+                        # weight staging off the engine's cores (rollout/weight_sync.py)
+                        "background_cores": placement.background(cores, f"rollout-{i}", usable),
                         **self._ports(f"rollout-{i}"),
                         **secure,
                         **s.rollout_overrides,

@@ -100,6 +100,14 @@ def borrowable(cores: dict[str, Cores], learner_overrides: dict) -> list[int]:
     return sorted(frozenset().union(*workers) - cores["learner"]) if workers else []
 
 
+def background(cores: dict[str, Cores], service: str, usable: list[int]) -> list[int]:
+    """The cores a pinned worker's weight fetch and staging may run on besides its own (the
+    rollout service's ``background_cores``): the others this cluster uses. Staging a version
+    beside a call on the engine's own core would take its time from sampling."""
+    own = cores.get(service)
+    return sorted(frozenset(usable) - own) if own is not None else []
+
+
 def pin(pid: int, cores: Cores) -> None:
     """Restrict process ``pid`` (its threads to come with it) to ``cores``; None: leave it."""
     if cores is None:

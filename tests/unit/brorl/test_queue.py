@@ -7,7 +7,8 @@ import uuid
 import pytest
 import redis
 
-from brorl.queue import StreamQueue, connect
+from brorl.queue import RunChannels, StreamQueue, connect
+from brorl.v1 import common_pb2
 from tests.waiting import wait_until
 
 pytestmark = pytest.mark.redis
@@ -151,3 +152,20 @@ def test_a_read_without_blocking_returns_at_once(r):
     assert [d.data for d in q.read(5, block_ms=None)] == [b"x"]
     with pytest.raises(ValueError, match="BLOCK 0"):
         q.read(1, block_ms=0)  # Redis would wait forever
+
+
+def test_a_published_weight_pointer_is_announced_to_the_runs_listeners_only(r):
+    client, prefix = r
+    run, other = RunChannels(client, f"{prefix}-run"), RunChannels(client, f"{prefix}-other")
+    listening, elsewhere = run.weight_announcements(), other.weight_announcements()
+    try:
+        assert listening.next(0.05) is None  # nothing announced yet
+        pointer = common_pb2.WeightVersion(version=3, uri="/w/3", sha256="ab" * 32)
+        run.publish_weights(pointer)
+        assert listening.next(2.0) == pointer == run.read_weights()
+        assert listening.next(0.05) is None and elsewhere.next(0.05) is None
+    finally:
+        listening.close()
+        elsewhere.close()
+        for key in run.keys.values():
+            client.delete(key)

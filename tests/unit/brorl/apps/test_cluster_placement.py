@@ -57,6 +57,15 @@ def test_a_pinned_learner_of_one_rank_may_borrow_the_workers_cores():
     assert placement.borrowable(wide, {}) == []
 
 
+def test_a_pinned_workers_weight_staging_may_use_the_clusters_other_cores():
+    auto = placement.placement("auto", 1, [0, 1])
+    assert placement.background(auto, "rollout-0", [0, 1]) == [1]
+    spread = placement.placement("spread", 2, [2, 4, 6])
+    assert placement.background(spread, "rollout-1", [2, 4, 6]) == [2, 6]
+    unpinned = placement.placement("nobind", 1, [0, 1])
+    assert placement.background(unpinned, "rollout-0", [0, 1]) == []  # it has them all
+
+
 def test_a_worker_with_more_threads_than_its_cores_is_not_pinned():
     cores = placement.placement("auto", 1, [0, 1], worker_threads=2, learner_threads=2)
     assert set(cores.values()) == {None}

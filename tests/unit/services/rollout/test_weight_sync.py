@@ -1,7 +1,10 @@
 """The rollout worker's weight sync on real files (services/rollout/weight_sync.py): catching up,
 a corrupt delta rejected and counted with a fallback to the keyframe, a stalled fetch reported
-while the old version keeps serving. The engine here holds a real ServingState in-process,
-as the vLLM worker extension does (tests/integration/test_engine_delta_sync.py: the real one)."""
+while the old version keeps serving; each with an engine that applies under the lock and one
+that stages beside a call and swaps under the lock. A version staged beside a call is served
+only after the swap; the watch stages a version published while the engine samples. The
+engine here holds a real ServingState in-process, as the vLLM worker extension does
+(tests/integration/test_engine_delta_sync.py: the real one)."""
 
 from __future__ import annotations
 
@@ -10,10 +13,12 @@ import threading
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 from brorl.weights import codec
 from brorl.weights.chain import ChainError, ChainResult, Held, ServingState
-from services.rollout.weight_sync import WeightSync
+from services.rollout.weight_sync import WeightSync, weight_watch
+from tests.memory_queue import MemoryChannels
 from tests.waiting import wait_until
 from tests.weight_versions import VersionRun
 
@@ -39,6 +44,43 @@ class StateEngine:
         return ChainResult(self.state.held, self.loaded, error)
 
 
+class StagingEngine(StateEngine):
+    """An engine that ``stages_weights``: the state advanced and the model's next weights
+    prepared beside a call, installed by ``swap_staged``; records where each stage ran."""
+
+    stages_weights = True
+
+    def __init__(self, lock=None):
+        super().__init__()
+        self.lock, self.staged, self.stages, self.swaps = lock, None, [], 0
+
+    def stage_weight_chain(self, steps, run_id, careful) -> ChainResult:
+        self.applies += 1
+        locked = self.lock is not None and self.lock.locked()
+        self.stages.append((threading.current_thread().name, locked, os.sched_getaffinity(0)))
+        error = None
+        try:
+            self.state.apply_chain(steps, run_id, careful)
+        except ChainError as exc:
+            error = {"version": exc.version, "reason": exc.reason}
+        self.staged = None
+        if self.state.held.version >= 0 and self.state.held != self.loaded:
+            self.staged = (self.state.held, {n: b.copy() for n, b in self.state.tensors.items()})
+        return ChainResult(self.state.held, self.staged[0] if self.staged else self.loaded, error)
+
+    def swap_staged(self) -> Held:
+        self.swaps += 1
+        if self.staged is not None:
+            (self.loaded, self.model), self.staged = self.staged, None
+            self.weight_version = self.loaded.version
+        return self.loaded
+
+
+@pytest.fixture(params=[StateEngine, StagingEngine], ids=["apply", "stage"])
+def Engine(request):
+    return request.param
+
+
 def serving(engine: StateEngine, run: VersionRun, version: int) -> bool:
     want = run.expected[version]
     return engine.weight_version == version and all(
@@ -46,9 +88,9 @@ def serving(engine: StateEngine, run: VersionRun, version: int) -> bool:
     )
 
 
-def test_a_worker_started_at_version_0_catches_up_from_version_20(tmp_path):
+def test_a_worker_started_at_version_0_catches_up_from_version_20(tmp_path, Engine):
     run = VersionRun(tmp_path, keyframe_every=25, lr=1e-4)
-    engine = StateEngine()
+    engine = Engine()
     sync = WeightSync(engine, threading.Lock(), deadline_s=5)
     assert sync.sync("r", run.publish()) and serving(engine, run, 0)
     run.publish_many(20)
@@ -58,9 +100,9 @@ def test_a_worker_started_at_version_0_catches_up_from_version_20(tmp_path):
     assert not sync.counts
 
 
-def test_a_flipped_byte_in_a_delta_is_rejected_counted_and_recovered(tmp_path):
+def test_a_flipped_byte_in_a_delta_is_rejected_counted_and_recovered(tmp_path, Engine):
     run = VersionRun(tmp_path, keyframe_every=10, lr=1e-4)
-    engine = StateEngine()
+    engine = Engine()
     sync = WeightSync(engine, threading.Lock(), deadline_s=5)
     run.publish_many(3)
     sync.sync("r", run.pointers[-1])
@@ -79,9 +121,9 @@ def test_a_flipped_byte_in_a_delta_is_rejected_counted_and_recovered(tmp_path):
     assert sync.sync("r", run.pointers[-1]) and serving(engine, run, 11)
 
 
-def test_a_reconstruction_that_fails_its_hashes_falls_back_to_the_keyframe(tmp_path):
+def test_a_reconstruction_that_fails_its_hashes_falls_back_to_the_keyframe(tmp_path, Engine):
     run = VersionRun(tmp_path, keyframe_every=10, lr=1e-4)
-    engine = StateEngine()
+    engine = Engine()
     sync = WeightSync(engine, threading.Lock(), deadline_s=5)
     sync.sync("r", run.publish())
     run.publish_many(4)
@@ -92,9 +134,9 @@ def test_a_reconstruction_that_fails_its_hashes_falls_back_to_the_keyframe(tmp_p
     assert sync.counts["rollout/weights_fallbacks"] == 1
 
 
-def test_a_stalled_fetch_is_reported_and_the_old_version_keeps_serving(tmp_path):
+def test_a_stalled_fetch_is_reported_and_the_old_version_keeps_serving(tmp_path, Engine):
     run = VersionRun(tmp_path, keyframe_every=10, lr=1e-4)
-    engine = StateEngine()
+    engine = Engine()
     sync = WeightSync(engine, threading.Lock(), deadline_s=0.3)
     sync.sync("r", run.publish())
     pointer = run.publish()
@@ -127,9 +169,9 @@ def test_a_stalled_fetch_is_reported_and_the_old_version_keeps_serving(tmp_path)
                 os.close(fd)
 
 
-def test_a_corrupt_newest_delta_leaves_the_worker_on_the_version_before(tmp_path):
+def test_a_corrupt_newest_delta_leaves_the_worker_on_the_version_before(tmp_path, Engine):
     run = VersionRun(tmp_path, keyframe_every=10, lr=1e-4)
-    engine = StateEngine()
+    engine = Engine()
     sync = WeightSync(engine, threading.Lock(), deadline_s=5)
     sync.sync("r", run.publish())
     run.publish_many(2)
@@ -139,3 +181,58 @@ def test_a_corrupt_newest_delta_leaves_the_worker_on_the_version_before(tmp_path
     assert sync.counts["rollout/weights_rejected"] == 1
     assert not sync.sync("r", run.pointers[-1])  # the same pointer is not tried again
     assert sync.counts["rollout/weights_rejected"] == 1
+
+
+def test_a_version_staged_beside_a_call_is_served_only_after_the_swap(tmp_path):
+    run = VersionRun(tmp_path, keyframe_every=10, lr=1e-4)
+    lock = threading.Lock()
+    engine = StagingEngine(lock)
+    sync = WeightSync(engine, lock, deadline_s=5)
+    assert sync.sync("r", run.publish()) and serving(engine, run, 0)
+    pointer = run.publish()
+    with lock:  # the engine is sampling a call
+        sync.prefetch("r", pointer)
+        sync._fetch.thread.join(5)
+        assert serving(engine, run, 0)  # staged, not served
+        sync.prefetch("r", pointer)  # staged already: not fetched again
+    assert len(engine.stages) == 2 and engine.stages[-1][:2] == ("weight-fetch", True)
+    assert sync.sync("r", pointer) and serving(engine, run, 1)
+    assert len(engine.stages) == 2 and engine.swaps == 2  # the sync only swapped it in
+    assert not sync.sync("r", pointer)
+    sync.prefetch("r", pointer)  # nothing to do
+    assert sync._fetch is None
+
+
+def test_the_watch_stages_a_version_announced_while_the_engine_samples(tmp_path):
+    run = VersionRun(tmp_path, keyframe_every=10, lr=1e-4)
+    engine = StagingEngine()
+    sync = WeightSync(engine, threading.Lock(), deadline_s=5)
+    sync.sync("r", run.publish())
+    channels = MemoryChannels("r")
+    followed = {"run": ("", None)}  # no run yet: the watch waits for one
+    with weight_watch(sync, lambda: followed["run"]):
+        followed["run"] = ("r", channels)
+        wait_until(lambda: channels.listeners, timeout=5)
+        channels.publish_weights(pointer := run.publish())
+        wait_until(lambda: len(engine.stages) == 2, timeout=5)
+        assert serving(engine, run, 0)  # staged, not served
+    assert channels.listeners == []  # the watch ended and unsubscribed
+    assert sync.sync("r", pointer) and serving(engine, run, 1)
+    assert len(engine.stages) == 2
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs two cores to tell apart")
+def test_the_staging_runs_on_the_background_cores_too(tmp_path):
+    own, other = sorted(os.sched_getaffinity(0))[:2]
+    run = VersionRun(tmp_path, keyframe_every=10, lr=1e-4)
+    engine = StagingEngine()
+    sync = WeightSync(engine, threading.Lock(), deadline_s=5, background_cores=[other])
+
+    def pinned_worker():  # a worker pinned to one core starts the fetch threads
+        os.sched_setaffinity(0, {own})
+        sync.sync("r", run.publish())
+
+    worker = threading.Thread(target=pinned_worker)
+    worker.start()
+    worker.join(10)
+    assert serving(engine, run, 0) and engine.stages[0][2] == {own, other}
