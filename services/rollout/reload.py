@@ -150,6 +150,7 @@ class ReloadExtension:
         from brorl.weights.chain import Held
 
         self._brorl_loaded = Held()  # the model no longer holds the serving state's version
+        self._brorl_staged = None  # nor will it: a directory's weights replace what was staged
         return self._brorl_reload(iter_safetensors(files), weights_dir)
 
     def brorl_self(self):
