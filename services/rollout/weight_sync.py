@@ -109,13 +109,32 @@ class WeightSync:
 
     def sync(self, run_id: str, pointer: common_pb2.WeightVersion) -> bool:
         """Bring the engine to ``pointer``'s version as far as verification allows, waiting at
-        most ``deadline_s`` for the fetch. True when the engine serves a new version."""
-        with self._mu:
-            job = self._fetch
-            if job is None:
-                if self.current(run_id, pointer):
-                    return False
-                job = self._start(pointer, run_id, careful=False)
+        most ``deadline_s`` for a fetch. True when the engine serves a new version. A fetch
+        started earlier (a prefetch, a stalled fetch) is applied first; when it was for another
+        run or an older version, the one asked for is fetched and applied after it: the next
+        call never samples a run's jobs with another run's weights, nor with an older version
+        than the pointer read before it."""
+        changed = False
+        while True:
+            with self._mu:
+                job = self._fetch
+                if job is None:
+                    if self.current(run_id, pointer):
+                        return changed
+                    job = self._start(pointer, run_id, careful=False)
+            if not self._finished(job):
+                return changed
+            with self._mu:
+                self._fetch, self._applying = None, True
+            try:
+                changed = self._apply(job) or changed
+            finally:
+                self._applying = False
+            if job.run_id == run_id and job.pointer.version >= pointer.version:
+                return changed
+
+    def _finished(self, job: _Fetch) -> bool:
+        """Wait for ``job`` until the deadline; a fetch still running then is reported once."""
         job.thread.join(timeout=max(self.deadline_s - (time.perf_counter() - job.started), 0.0))
         if job.thread.is_alive():
             if not job.reported:
@@ -129,12 +148,7 @@ class WeightSync:
                     self.engine.weight_version,
                 )
             return False
-        with self._mu:
-            self._fetch, self._applying = None, True
-        try:
-            return self._apply(job)
-        finally:
-            self._applying = False
+        return True
 
     def _start(self, pointer, run_id: str, careful: bool) -> _Fetch:
         job = _Fetch(pointer, run_id, careful)

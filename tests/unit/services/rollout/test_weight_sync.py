@@ -203,6 +203,23 @@ def test_a_version_staged_beside_a_call_is_served_only_after_the_swap(tmp_path):
     assert sync._fetch is None
 
 
+def test_a_prefetch_of_another_run_or_an_older_version_is_not_what_the_next_call_serves(
+    tmp_path,
+):
+    old = VersionRun(tmp_path / "old", keyframe_every=10, lr=1e-4)
+    new = VersionRun(tmp_path / "new", keyframe_every=10, lr=3e-4, seed=1)
+    engine = StagingEngine()
+    sync = WeightSync(engine, threading.Lock(), deadline_s=5)
+    sync.sync("old", old.publish())
+    sync.prefetch("old", old.publish())  # the old run's last version, announced as it ends
+    assert sync.sync("new", new.publish())  # the new run's first call
+    assert sync.loaded_run == "new" and serving(engine, new, 0)
+    new.publish_many(2)
+    sync.prefetch("new", new.pointers[1])
+    sync._fetch.thread.join(5)
+    assert sync.sync("new", new.pointers[2]) and serving(engine, new, 2)  # not version 1
+
+
 def test_the_watch_stages_a_version_announced_while_the_engine_samples(tmp_path):
     run = VersionRun(tmp_path, keyframe_every=10, lr=1e-4)
     engine = StagingEngine()
