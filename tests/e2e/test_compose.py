@@ -153,7 +153,10 @@ def _check_run(run: scenario.Run, kill: scenario.Kill, audit: scenario.PathAudit
     for job, group in kill.groups.items():
         publishers = audit.publishers(group)
         assert len(publishers) <= 1, f"group {group} of job {job} published by {publishers}"
-        assert kill.consumer not in publishers, f"the killed worker published {group}"
+        after = [ms - kill.checked_ms for ms in audit.published_ms(group)]
+        assert kill.consumer not in publishers, (
+            f"the killed worker published {group} ({after} ms after its held jobs were read)"
+        )
     workers = set().union(*(scenario.workers_of(s) for s in trained))
     rewards = [s["reward/mean"] for s in trained if "reward/mean" in s]
     phase(

@@ -121,11 +121,16 @@ class Kill:
     consumer: str  # its Redis consumer name (host name-pid)
     jobs: dict[str, str]  # stream entry id -> job id, in flight when it was killed
     groups: dict[str, str]  # job id -> group id
+    checked_ms: int  # Redis's clock when the held jobs were read (the victim frozen and quiet)
 
 
-# A publish the worker wrote to its socket just before it froze still reaches Redis (the kernel
-# sends it, not the frozen process) and can land after the held jobs are read: wait that out.
-IN_FLIGHT_S = 1.0
+# A publish the worker wrote to its socket before it froze still reaches Redis: the kernel sends
+# it, not the frozen process, and under load TCP may retransmit part of it later. So what the
+# frozen worker holds is read once Redis has heard nothing on any of its connections for a while
+# with no command half-read (its subscriptions aside: a subscribed connection cannot publish,
+# and announcements written to it count as activity).
+QUIET_S = 1  # CLIENT LIST's idle is in whole seconds
+QUIET_TIMEOUT_S = 30.0
 
 
 def kill_worker_holding_a_job(compose: Compose, redis_url: str, run_id: str, timeout=120) -> Kill:
@@ -133,15 +138,12 @@ def kill_worker_holding_a_job(compose: Compose, redis_url: str, run_id: str, tim
 
     A job takes a fraction of a second, less than a `docker kill` on a loaded machine, so the
     container is frozen first (`docker pause`): frozen, it cannot publish, and what it holds
-    once its last in-flight command has landed is what it holds when it dies. One whose jobs
-    were published meanwhile is thawed and the next held job is tried, as is one the freezer
-    could not freeze."""
+    once Redis has read all it sent is what it holds when it dies. One whose jobs were
+    published meanwhile is thawed and the next held job is tried, as is one the freezer could
+    not freeze."""
     r, keys = q.connect(redis_url), q.keys(run_id)
-    hosts = {
-        c["Config"]["Hostname"]: c["Id"]
-        for c in compose.containers("rollout")
-        if c["State"]["Running"]
-    }
+    running = [c for c in compose.containers("rollout") if c["State"]["Running"]]
+    hosts = {c["Config"]["Hostname"]: c for c in running}
     deadline, unfrozen = time.monotonic() + timeout, 0
     while time.monotonic() < deadline:
         held = [
@@ -154,26 +156,63 @@ def kill_worker_holding_a_job(compose: Compose, redis_url: str, run_id: str, tim
             continue
         consumer = held[0]["consumer"].decode()
         victim = hosts[consumer.rsplit("-", 1)[0]]
-        if not compose.pause(victim):  # the freezer gave up on a busy container: try again
+        if not compose.pause(victim["Id"]):  # the freezer gave up on a busy container: retry
             unfrozen += 1
             time.sleep(0.2)
             continue
-        time.sleep(IN_FLIGHT_S)
-        jobs, groups = {}, {}
-        for p in r.xpending_range(keys["prompts"], ConsumerGroup.ROLLOUT, "-", "+", 100):
-            entry = p["message_id"].decode()
-            found = r.xrange(keys["prompts"], entry, entry)  # gone once published
-            if p["consumer"].decode() == consumer and found:
-                job = common_pb2.PromptJob.FromString(found[0][1][b"data"])
-                jobs[entry], groups[job.job_id] = job.job_id, job.group_id
+        _wait_quiet(r, _addresses(victim))
+        jobs, groups = _unpublished(r, keys["prompts"], consumer)
         if jobs:
-            compose.kill(victim)
-            return Kill(victim, consumer, jobs, groups)
-        compose.unpause(victim)
+            checked_ms = _now_ms(r)
+            compose.kill(victim["Id"])
+            return Kill(victim["Id"], consumer, jobs, groups, checked_ms)
+        compose.unpause(victim["Id"])
     raise AssertionError(
         f"no rollout container held an unpublished job in {timeout}s "
         f"({unfrozen} pauses refused by the cgroup freezer)"
     )
+
+
+def _now_ms(r: redis.Redis) -> int:
+    seconds, micros = r.time()
+    return seconds * 1000 + micros // 1000
+
+
+def _unpublished(r: redis.Redis, stream: str, consumer: str) -> tuple[dict, dict]:
+    """The entries pending on ``consumer`` that are still in the stream (a publish deletes its
+    job's entry): (entry id -> job id, job id -> group id)."""
+    jobs, groups = {}, {}
+    for p in r.xpending_range(stream, ConsumerGroup.ROLLOUT, "-", "+", 100):
+        entry = p["message_id"].decode()
+        found = r.xrange(stream, entry, entry)
+        if p["consumer"].decode() == consumer and found:
+            job = common_pb2.PromptJob.FromString(found[0][1][b"data"])
+            jobs[entry], groups[job.job_id] = job.job_id, job.group_id
+    return jobs, groups
+
+
+def _addresses(container: dict) -> set[str]:
+    """The container's IP addresses on its networks (how Redis's CLIENT LIST names it)."""
+    networks = container["NetworkSettings"]["Networks"].values()
+    return {n["IPAddress"] for n in networks if n.get("IPAddress")}
+
+
+def _wait_quiet(r: redis.Redis, addresses: set[str]) -> None:
+    """Until every connection from ``addresses`` that is not a subscriber has been idle for
+    QUIET_S with nothing half-read in its query buffer."""
+    deadline, busy = time.monotonic() + QUIET_TIMEOUT_S, []
+    while time.monotonic() < deadline:
+        busy = [
+            c
+            for c in r.client_list()
+            if c["addr"].rsplit(":", 1)[0] in addresses
+            and int(c["sub"]) + int(c["psub"]) == 0
+            and (int(c["idle"]) < QUIET_S or int(c["qbuf"]) > 0)
+        ]
+        if not busy:
+            return
+        time.sleep(0.1)
+    raise AssertionError(f"the frozen container's connections did not go quiet: {busy}")
 
 
 def wait_resent_once(compose: Compose, run: Run, kill: Kill, timeout: float = 180) -> None:
@@ -233,7 +272,7 @@ class PathAudit:
 
     def __init__(self, redis_url: str, run_id: str):
         self.r, self.key = q.connect(redis_url), q.keys(run_id)["paths"]
-        self.seen: list[tuple[str, str]] = []  # (group id, worker)
+        self.seen: list[tuple[str, str, int]] = []  # (group id, worker, Redis ms of its XADD)
         self.stop = threading.Event()
         threading.Thread(target=self._read, daemon=True).start()
 
@@ -248,7 +287,12 @@ class PathAudit:
                 for entry_id, fields in entries:
                     last = entry_id
                     g = common_pb2.PathGroup.FromString(fields[b"data"])
-                    self.seen.append((g.group_id, g.worker))
+                    ms = int(entry_id.split(b"-")[0])
+                    self.seen.append((g.group_id, g.worker, ms))
 
     def publishers(self, group_id: str) -> list[str]:
-        return [w for g, w in self.seen if g == group_id]
+        return [w for g, w, _ms in self.seen if g == group_id]
+
+    def published_ms(self, group_id: str) -> list[int]:
+        """Redis's clock at each publish of the group (its paths-stream entry's id)."""
+        return [ms for g, _w, ms in self.seen if g == group_id]
