@@ -56,9 +56,13 @@ DONE_WINDOW_S = 3600  # how long a published job id is remembered (see _PUBLISH_
 # Reset an entry's idle time if (and only if) this consumer still owns it: XCLAIM with JUSTID
 # neither returns the payload nor counts a delivery. Checked and claimed in one script so a
 # consumer that was presumed dead never takes an entry back from the one that reclaimed it.
+# 1: renewed; 0: another consumer owns it; -1: pending nowhere (acked: its result is published).
 _RENEW = """
 local p = redis.call('XPENDING', KEYS[1], ARGV[1], ARGV[3], ARGV[3], 1)
-if p[1] == nil or p[1][2] ~= ARGV[2] then
+if p[1] == nil then
+  return -1
+end
+if p[1][2] ~= ARGV[2] then
   return 0
 end
 redis.call('XCLAIM', KEYS[1], ARGV[1], ARGV[2], 0, ARGV[3], 'JUSTID')
@@ -186,7 +190,11 @@ class StreamQueue:
 
     def renew(self, entry_id: str) -> bool:
         """Reset ``entry_id``'s idle time; False when this consumer no longer owns it."""
-        return bool(self._renew(keys=[self.stream], args=[self.group, self.consumer, entry_id]))
+        return self._renew_state(entry_id) == 1
+
+    def _renew_state(self, entry_id: str) -> int:
+        """_RENEW's answer: 1 renewed, 0 owned by another consumer, -1 acked."""
+        return int(self._renew(keys=[self.stream], args=[self.group, self.consumer, entry_id]))
 
     @contextlib.contextmanager
     def lease(self, *entry_ids: str, every_s: float | None = None):
@@ -202,8 +210,11 @@ class StreamQueue:
             while not done.wait(interval):
                 for entry_id in list(held):
                     try:
-                        if not self.renew(entry_id) and entry_id in held and not done.is_set():
-                            held.discard(entry_id)
+                        state = self._renew_state(entry_id)
+                        if state == 1 or entry_id not in held or done.is_set():
+                            continue
+                        held.discard(entry_id)
+                        if state == 0:  # acked (-1) is a job published from elsewhere: no alarm
                             log.warning(
                                 "lost the lease on %s of %s to another consumer",
                                 entry_id,

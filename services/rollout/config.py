@@ -104,9 +104,18 @@ class RolloutServiceConfig(StrictModel):
         True,
         description=(
             "Select, score and publish an engine call's groups on a second thread while the "
-            "engine samples the next call (services/rollout/tails.py), one call's tail at a "
+            "engine samples the next call (services/rollout/tail/runners.py), one call's tail at a "
             "time: the engine keeps sampling while the reward service scores. false: the loop "
             "does each call start to end."
+        ),
+    )
+    tail_process: bool = Field(
+        True,
+        description=(
+            "Run each call's tail (selection, scoring, publishing) in a process of the worker's "
+            "own (services/rollout/tail/process.py), on background_cores where given: the "
+            "tail's Python then neither holds the engine's GIL nor, with background cores, its "
+            "core. false: on the worker's tail thread (or in its loop, overlap_tail false)."
         ),
     )
     batch_paths: int = Field(

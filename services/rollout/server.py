@@ -17,6 +17,7 @@ from services.rollout.config import RolloutServiceConfig
 from services.rollout.engine import EngineLock
 from services.rollout.samples import to_paths, validate_sampling
 from services.rollout.episodes import EnvironmentChannels
+from services.rollout.tail.process import TailProcess, TailSpec
 from services.rollout.worker import RolloutWorker, WorkerStats
 
 log = logging.getLogger(__name__)
@@ -144,6 +145,14 @@ def close_engine(engine, lock: EngineLock, wait_s: float = ENGINE_CLOSE_WAIT_S) 
     engine.close()
 
 
+def tail_process(config: RolloutServiceConfig, stats: WorkerStats) -> TailProcess | None:
+    """The worker's tail process, or None (its tail runs in the worker's process)."""
+    if not config.tail_process:
+        return None
+    spec = TailSpec(config, q.consumer_name(), config.background_cores, logging.root.level)
+    return TailProcess(spec, stats)
+
+
 def serve(config: RolloutServiceConfig, engine=None) -> None:
     metrics = Metrics()
     server = rpc.Server(
@@ -183,6 +192,7 @@ def serve(config: RolloutServiceConfig, engine=None) -> None:
                 background_cores=config.background_cores,
                 stats=stats,
                 environments=EnvironmentChannels(config.security),
+                finisher=tail_process(config, stats),
             )
             threading.Thread(
                 target=worker.run, args=(stop,), name="rollout-worker", daemon=True

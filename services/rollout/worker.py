@@ -1,7 +1,9 @@
 """The rollout worker loop: claim prompt jobs → reload weights if due → generate (the jobs that
-sample alike in one engine call, services/rollout/batching.py) → the call's tail: per job explore
-and select → score (a call's jobs in one request) → per job publish the scored group (which acks
-the job). In the service the tail runs beside the next call's sampling (services/rollout/tails.py).
+sample alike in one engine call, services/rollout/batching.py) → the call's tail
+(services/rollout/tail/finish.py: per job explore and select → score, a call's jobs in one request →
+per job publish the scored group, which acks the job). In the service the tail runs beside the
+next call's sampling (services/rollout/tail/runners.py), in a process of its own by default
+(services/rollout/tail/process.py).
 
 ``step`` and ``process`` are the loop on one page; each stage is a method a unit test can drive
 with fakes (an in-memory queue, a recording engine, a fake reward stub: tests/unit/services/
@@ -16,21 +18,19 @@ import contextlib
 import logging
 import threading
 import time
-from dataclasses import dataclass, field
 from typing import Callable
 
-import numpy as np
 from google.protobuf.message import DecodeError
 
 from brorl import queue as q
 from brorl import sampling
 from brorl.v1 import common_pb2
-from services.rollout import batching, groups, tails
+from services.rollout import batching
+from services.rollout.tail import runners as tails
 from services.rollout.config import RolloutServiceConfig
 from services.rollout.engine import EngineLock
 from services.rollout.episodes import EnvironmentChannels, EpisodeRunner, episode_stats
-from services.rollout.explore.select import Selection, select
-from services.rollout.samples import to_paths
+from services.rollout.tail.finish import CallFinisher, Claimed, Generated, WorkerStats
 from services.rollout.scoring import RewardCalls
 from services.rollout.weight_sync import WeightSync, weight_watch
 
@@ -40,44 +40,6 @@ DEFAULTS = {k: f.default for k, f in RolloutServiceConfig.model_fields.items()}
 # How often a worker with no run asks for one: a run's first jobs wait for it (at 0.5 s the
 # first call of a demo_fast run started 0.39 s after its jobs); 20 Redis GETs a second are free.
 NO_RUN_POLL_S = 0.05
-
-
-@dataclass
-class WorkerStats:
-    paths_generated: int = 0
-    tokens_generated: int = 0
-    groups_published: int = 0
-    reloads: int = 0
-
-
-@dataclass(frozen=True)
-class Claimed:
-    """A job this worker holds: its run's channels, the queue it came from, the delivery, and the
-    lease's set of held entries (StreamQueue.lease)."""
-
-    channels: q.RunChannels
-    queue: q.StreamQueue
-    delivery: q.Delivery
-    held: set = field(default_factory=set)
-
-    def release(self) -> None:
-        """Stop renewing the entry: it is about to be acked (published or dead-lettered)."""
-        self.held.discard(self.delivery.entry_id)
-
-    def dead_letter(self, reason: str) -> None:
-        self.release()
-        self.queue.dead_letter(self.delivery.entry_id, self.delivery.data, reason)
-
-
-@dataclass
-class Generated:
-    """What one engine call gave for a job."""
-
-    version: int  # the weight version that sampled it
-    prompt_ids: list[int]  # the prompt's token ids as sampled from
-    samples: list  # engine Samples (services/rollout/engine.py)
-    phases: dict[str, float] = field(default_factory=dict)  # the engine's own time breakdown
-    seconds: dict[str, float] = field(default_factory=dict)  # generate / score wall-clock
 
 
 class RolloutWorker:
@@ -99,6 +61,7 @@ class RolloutWorker:
         background_cores: tuple[int, ...] = (),
         stats: WorkerStats | None = None,
         environments: EnvironmentChannels | None = None,
+        finisher=None,
     ):
         """``registry`` says which run to follow (unless ``run_id`` fixes one); ``open_run``
         gives a run's channels (brorl.queue.RunChannels). The deadlines and the claim idle
@@ -113,11 +76,12 @@ class RolloutWorker:
         self._claim_count = 1  # jobs to claim next (batching.claim_count after each call)
         self.stats = stats or WorkerStats()
         self.name = q.consumer_name()
+        # runs a call's tail here or on the tail thread; finisher: one elsewhere (tail/process.py)
+        self.finisher = finisher or CallFinisher(self.rewards, self.name, self.decode, self.stats)
         self._runs: dict[str, tuple[q.RunChannels, q.StreamQueue]] = {}
         # where the time between two jobs went (reported with the next group's stats)
         self._free_since = time.perf_counter()
         self._reload_s = 0.0
-        self._publish_s = 0.0  # Redis write + ack of the previous group
         self._tail_wait_s = 0.0  # the tail runner's waited_s at the previous call
         self.tails: tails.Inline | tails.TailThread = tails.Inline()  # run() overlaps them
         self.weights = WeightSync(engine, engine_lock, weight_fetch_deadline_s, background_cores)
@@ -140,6 +104,7 @@ class RolloutWorker:
                         stop.wait(2.0)
         finally:
             self.tails.close()  # what was sampled is still published
+            self.finisher.close()
 
     def followed(self) -> tuple[str, q.RunChannels | None]:
         """The run the loop follows and its channels, once opened (for the weights watch)."""
@@ -175,33 +140,15 @@ class RolloutWorker:
         self.sample_claims(claims)()
 
     def sample_claims(self, claims: list[Claimed]) -> tails.Tail:
-        """The claimed jobs sampled together; returns the call's tail (``finish``) to run."""
+        """The claimed jobs sampled together; returns the call's tail to run (the finisher's)."""
         between = self._between_jobs()
-        jobs = [(claim, job) for claim in claims if (job := self.decode(claim)) is not None]
+        jobs = [(claim, job) for claim in claims if (job := self.decode_job(claim)) is not None]
         sampled = list(zip(jobs, self.generate_all([job for _, job in jobs])))
-        return lambda: self.finish(sampled, between)
-
-    def finish(self, sampled: list[tuple], between: dict[str, float]) -> None:
-        """A call's ((claim, job), Generated or the engine's refusal) pairs: a refused prompt
-        is published as an error group; the others selected, scored together, then published."""
-        ready = []  # (claim, job, gen, chosen, paths) of the jobs the engine sampled
-        for (claim, job), gen in sampled:
-            if isinstance(gen, ValueError):  # the engine refuses this prompt: retrying cannot help
-                self.publish(claim, job, self.error_group(claim, job, str(gen)))
-            else:
-                chosen = self.select(job, gen)
-                ready.append((claim, job, gen, chosen, self.paths(job, gen, chosen)))
-        for (claim, job, gen, chosen, paths), scored in zip(ready, self.rewards.score_all(ready)):
-            if scored:  # else refused: dead-lettered
-                self.publish(claim, job, self.group(claim, job, gen, chosen, paths, between))
-            # the jobs after the first of a call waited for nothing but the call itself
-            between = {**between, "rollout/publish_s": self._publish_s}
-            between.update(
-                {"rollout/reload_s": 0.0, "rollout/idle_s": 0.0, "rollout/tail_wait_s": 0.0}
-            )
+        version = self.engine.weight_version
+        return lambda: self.finisher.finish(sampled, between, version)
 
     # -- its stages ----------------------------------------------------------------------------
-    def decode(self, claim: Claimed) -> common_pb2.PromptJob | None:
+    def decode_job(self, claim: Claimed) -> common_pb2.PromptJob | None:
         """The job, or None after dead-lettering an entry that is not one."""
         data = claim.delivery.data
         try:
@@ -294,64 +241,9 @@ class RolloutWorker:
         gen.seconds["generate"] = time.perf_counter() - start
         return gen
 
-    def select(self, job: common_pb2.PromptJob, gen: Generated) -> Selection:
-        """Which candidates the group keeps, with their weights (services/rollout/explore/);
-        every episode is kept (exploration selects among single completions)."""
-        if job.env.address:
-            every = range(len(gen.samples))
-            return Selection(list(every), {i: 1.0 for i in every})
-
-        def prefix_scores(reward_fn: str, indices: list[int], prefix_tokens: int):
-            texts = {
-                i: self.engine.decode(list(gen.samples[i].token_ids)[:prefix_tokens])
-                if prefix_tokens
-                else gen.samples[i].text
-                for i in indices
-            }
-            return np.array(self.rewards.prefix_scores(job, texts, reward_fn), dtype=np.float64)
-
-        return select(gen.samples, job.sampling.n, job.explore, prefix_scores)
-
-    def paths(self, job, gen: Generated, chosen: Selection) -> list[common_pb2.Path]:
-        return to_paths(
-            [gen.samples[i] for i in chosen.kept],
-            group_id=job.group_id,
-            prompt_id=job.prompt_id,
-            version=gen.version,
-            sampling=job.sampling,
-            worker=self.name,
-            offset=job.path_offset,
-            weights=[chosen.weights[i] for i in chosen.kept],
-        )
-
-    def group(self, claim: Claimed, job, gen: Generated, chosen: Selection, paths, between):
-        common = groups.fields(claim.channels.run_id, job, gen.version, self.name)
-        return groups.scored(common, gen, chosen, paths, between)
-
-    def error_group(self, claim: Claimed, job, reason: str) -> common_pb2.PathGroup:
-        common = groups.fields(claim.channels.run_id, job, self.engine.weight_version, self.name)
-        return groups.refused(common, reason)
-
-    def publish(self, claim: Claimed, job, group: common_pb2.PathGroup) -> None:
-        """Publish the group once per job id and ack the job, atomically (brorl.queue)."""
-        start = time.perf_counter()
-        data = group.SerializeToString()
-        claim.release()
-        fresh = claim.channels.publish_group(claim.queue, claim.delivery.entry_id, job.job_id, data)
-        self._publish_s = time.perf_counter() - start
-        if group.error:
-            log.warning("job %s refused by the engine: %s", job.job_id, group.error)
-            return
-        self.stats.groups_published += int(fresh)
-        log.info(
-            "group %s: %d paths v%d gen %.2fs score %.2fs%s",
-            job.group_id,
-            len(group.paths),
-            group.weight_version,
-            group.generate_seconds,
-            group.score_seconds,
-            "" if fresh else " (duplicate, dropped)",
-        )
+    def decode(self, token_ids: list[int]) -> str:
+        """Text of ``token_ids`` as the engine detokenizes (explore's prefix scoring)."""
+        return self.engine.decode(token_ids)
 
     # -- between jobs --------------------------------------------------------------------------
     def current_run(self) -> str:
@@ -387,7 +279,7 @@ class RolloutWorker:
         and before that hand-off, waiting for an earlier call's tail to finish."""
         waited, self._tail_wait_s = self.tails.waited_s - self._tail_wait_s, self.tails.waited_s
         out = {
-            "rollout/publish_s": self._publish_s,
+            "rollout/publish_s": self.finisher.publish_s,
             "rollout/reload_s": self._reload_s,
             "rollout/idle_s": max(time.perf_counter() - self._free_since - self._reload_s, 0.0),
             "rollout/tail_wait_s": waited,

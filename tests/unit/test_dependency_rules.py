@@ -4,9 +4,9 @@ engine.py (driver) and reload.py (inside vLLM's worker); deepspeed only in the l
 model/deepspeed_engine.py; triton only in kernels/; redis only in brorl/queue.py,
 brorl/streams.py and the apps; prometheus_client only in brorl/metrics.py (and a client of the
 core never loads it); wandb and mlflow only in observe/trackers.py, TensorBoard only in
-observe/sinks.py; the learner's algo/ is pure math. Also: the core (brorl/ outside brorl/apps/)
-never imports the apps, services never import the demo package, and no package has an import
-cycle.
+observe/sinks.py; the learner's algo/ is pure math; the rollout's tail process loads no torch,
+vllm or transformers. Also: the core (brorl/ outside brorl/apps/) never imports the apps,
+services never import the demo package, and no package has an import cycle.
 
 Every rule counts imports anywhere in a file, including those inside functions."""
 
@@ -117,6 +117,24 @@ def test_framework_imports_stay_in_their_module():
             assert rel.startswith("kernels/"), f"{rel} imports triton; only kernels/ may"
         if any(n.startswith("torch.utils.tensorboard") for n in imports_of(path)):
             assert rel == SINKS, f"{rel} imports torch.utils.tensorboard"
+
+
+def test_the_rollout_tail_process_loads_no_torch_or_vllm():
+    """The tail process (services/rollout/tail/process.py) is spawned beside each worker: what
+    it imports, and what unpickling a call's samples and episodes imports, stays light."""
+    modules = [
+        "services.rollout." + m for m in ("tail.process", "tail.finish", "engine", "episodes")
+    ]
+    code = (
+        "import sys\n"
+        + "".join(f"import {m}\n" for m in modules)
+        + "from brorl import rpc\nfrom brorl.v1 import reward_pb2_grpc\n"
+        + "print(','.join(m for m in ('torch', 'vllm', 'transformers') if m in sys.modules))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True
+    )
+    assert out.stdout.strip() == "", f"the tail process loads {out.stdout.strip()}"
 
 
 def test_a_client_of_the_core_loads_no_prometheus_client():

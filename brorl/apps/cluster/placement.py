@@ -15,7 +15,7 @@ The rule, from the recipe's ``rollout_cpu_bind`` and the cores this process may 
   picks: it keeps the last core free), ``spread`` the i-th core, a core list that list; a worker
   with more threads than those cores is not pinned (its OpenMP threads would take turns);
 * reward and environment services: not pinned. A worker scores a call on its tail thread while
-  its engine samples the next (services/rollout/tails.py), so a reward service on the engine's
+  its engine samples the next (services/rollout/tail/), so a reward service on the engine's
   core takes its time from sampling; the operating system puts it on whichever core is idle
   (in demo_fast the learner's, which waits for groups a third of a step; in a learner-bound run
   the engine's). Measured, demo_fast: 1,569 / 1,586 paths/s pinned to the worker's core, 1,628 /

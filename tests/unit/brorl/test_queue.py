@@ -123,6 +123,24 @@ def test_a_renewed_lease_keeps_a_long_job_from_being_reclaimed(r):
     )
 
 
+def test_an_entry_acked_elsewhere_leaves_the_lease_without_an_alarm(r, caplog):
+    """A job published by another process (the worker's tail process) under the worker's name
+    is acked while the worker's lease still holds it: the lease lets it go quietly; an entry
+    another consumer took over is still reported."""
+    client, prefix = r
+    a = make(client, prefix, "a", claim_idle_ms=300)
+    b = make(client, prefix, "b", claim_idle_ms=300)
+    a.put(b"published elsewhere")
+    a.put(b"taken over")
+    first, second = a.read(2, block_ms=100)
+    with a.lease(first.entry_id, second.entry_id, every_s=0.05) as held:
+        make(client, prefix, "a").ack(first.entry_id)
+        client.xclaim(f"{prefix}:s", "g", "b", 0, [second.entry_id])
+        wait_until(lambda: not held, what="both entries leave the lease")
+    assert caplog.text.count("lost the lease") == 1 and second.entry_id in caplog.text
+    assert b.pending_count() == 1
+
+
 def test_entries_put_together_wake_a_blocked_reader_together(r):
     """put_many is one transaction: a consumer blocked on the stream gets all of its entries
     in one read (entries put one by one wake it at the first: a worker's first engine call would

@@ -1,6 +1,6 @@
 """An engine call's tail (select, score, publish) runs beside the next call's sampling in the
-service's loop (services/rollout/tails.py), one tail at a time, and nothing sampled is lost to an
-earlier tail's failure or to the loop's stop."""
+service's loop (services/rollout/tail/runners.py), one tail at a time, and nothing sampled is
+lost to an earlier tail's failure or to the loop's stop."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from services.rollout.tails import Inline, TailThread
+from services.rollout.tail.runners import Inline, TailThread
 from tests.memory_queue import MemoryChannels
 from tests.unit.services.rollout.test_worker_loop import (
     RecordingReward,
