@@ -109,10 +109,9 @@ class TailProcess:
 
 def _child_main(conn, spec: TailSpec) -> None:
     """The child: one call at a time until told to stop (None) or the worker is gone."""
-    logging.basicConfig(
-        level=spec.log_level,
-        format="%(asctime)s %(levelname)s %(name)s[%(process)d]: %(message)s",
-    )
+    from brorl.service_main import setup_logging
+
+    setup_logging(logging.getLevelName(spec.log_level))  # the worker's format and level
     if spec.cores:
         os.sched_setaffinity(0, spec.cores)
     finisher, claims_of = _build(spec)

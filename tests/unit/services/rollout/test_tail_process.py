@@ -147,3 +147,16 @@ def test_a_failed_call_leaves_its_jobs_pending_and_a_killed_child_is_replaced(
         assert tail.pid != first and tail._proc.is_alive()
     finally:
         tail.close()
+
+
+def test_the_service_runs_its_tails_in_a_process_on_its_background_cores():
+    from services.rollout.server import tail_process
+
+    core = min(os.sched_getaffinity(0))
+    config = RolloutServiceConfig(model="unused", background_cores=[core])
+    tail = tail_process(config, WorkerStats())
+    try:
+        wait_until(lambda: os.sched_getaffinity(tail.pid) == {core}, what="the child on the cores")
+    finally:
+        tail.close()
+    assert tail_process(config.model_copy(update={"tail_process": False}), WorkerStats()) is None
