@@ -214,7 +214,7 @@ class StreamQueue:
                         if state == 1 or entry_id not in held or done.is_set():
                             continue
                         held.discard(entry_id)
-                        if state == 0:  # acked (-1) is a job published from elsewhere: no alarm
+                        if state == 0:  # -1: acked, e.g. by the worker's tail process
                             log.warning(
                                 "lost the lease on %s of %s to another consumer",
                                 entry_id,

@@ -149,7 +149,8 @@ def tail_process(config: RolloutServiceConfig, stats: WorkerStats) -> TailProces
     """The worker's tail process, or None (its tail runs in the worker's process)."""
     if not config.tail_process:
         return None
-    spec = TailSpec(config, q.consumer_name(), config.background_cores, logging.root.level)
+    cores = tuple(config.background_cores)
+    spec = TailSpec(config, q.consumer_name(), cores, logging.root.level)
     return TailProcess(spec, stats)
 
 
