@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import time
 from dataclasses import dataclass, field
@@ -183,9 +184,28 @@ class Compose:
         return "\n".join(out)
 
     def kill(self, container_id: str) -> None:
-        """SIGKILL one container (paused or not), as a crashed node would be."""
+        """SIGKILL one container (paused or not), as a crashed node would be.
+
+        A paused container's processes get their SIGKILL while still frozen: `docker kill`
+        signals only the container's init and thaws the container to deliver it, and until
+        the init's death takes the rest along the others run again for some milliseconds (a
+        frozen worker published a job 23 ms after its held jobs were read). A signal pending
+        when a frozen process thaws is taken before it runs another instruction."""
         self.killed.add(container_id)
-        sh("docker", "kill", container_id)
+        for pid in container_pids(container_id):
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        sh("docker", "kill", container_id, check=False)  # may have died already (cgroup v2)
+        deadline = time.monotonic() + 30
+        while (
+            sh("docker", "inspect", "--format", "{{.State.Running}}", container_id).stdout.strip()
+            == "true"
+        ):
+            if time.monotonic() > deadline:
+                raise EngineError(f"container {container_id[:12]} still running after docker kill")
+            time.sleep(0.1)
 
     def pause(self, container_id: str) -> bool:
         """Freeze every process of a container (the cgroup freezer): it does nothing until
@@ -238,3 +258,20 @@ def _failed(c: dict, judge_health: bool = True) -> bool:
         or c["RestartCount"] > 0
         or (judge_health and _health(c) == "unhealthy")
     )
+
+
+def container_pids(container_id: str) -> list[int]:
+    """The host pids of every process in a container's cgroup (frozen or not), from its init's
+    /proc/<pid>/cgroup: the freezer's hierarchy under cgroup v1, the unified one under v2."""
+    pid = int(sh("docker", "inspect", "--format", "{{.State.Pid}}", container_id).stdout)
+    if pid <= 0:  # not running
+        return []
+    paths = {}
+    for line in Path(f"/proc/{pid}/cgroup").read_text().splitlines():
+        _, controllers, path = line.split(":", 2)
+        paths[controllers] = path
+    if "freezer" in paths:
+        procs = Path("/sys/fs/cgroup/freezer") / paths["freezer"].lstrip("/") / "cgroup.procs"
+    else:
+        procs = Path("/sys/fs/cgroup") / paths[""].lstrip("/") / "cgroup.procs"
+    return [int(p) for p in procs.read_text().split()]

@@ -138,7 +138,8 @@ def kill_worker_holding_a_job(compose: Compose, redis_url: str, run_id: str, tim
 
     A job takes a fraction of a second, less than a `docker kill` on a loaded machine, so the
     container is frozen first (`docker pause`): frozen, it cannot publish, and what it holds
-    once Redis has read all it sent is what it holds when it dies. One whose jobs were
+    once Redis has read all it sent is what it holds when it dies (Compose.kill signals its
+    processes before they thaw). One whose jobs were
     published meanwhile is thawed and the next held job is tried, as is one the freezer could
     not freeze."""
     r, keys = q.connect(redis_url), q.keys(run_id)

@@ -19,6 +19,8 @@ from pathlib import Path
 import psutil
 import pytest
 
+from tests.ports import free_ports
+
 REPO = Path(__file__).resolve().parents[4]
 MARK = "CLI_BAD_INPUT_TEST_MARK"  # not BRORL_*: the services read those as config overrides
 
@@ -172,12 +174,6 @@ ROWS = [
 ]
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture
 def inputs(tmp_path):
     """Fresh paths per row, so that what one row's command wrote cannot pass or fail another."""
@@ -193,7 +189,7 @@ def inputs(tmp_path):
     busy = socket.socket()
     busy.bind(("127.0.0.1", 0))
     busy.listen()
-    ports = [free_port() for _ in range(4)]
+    ports = free_ports(4)  # distinct: bound one after another, two could be the same port
     values = {
         "tmp": str(tmp),
         "empty": str(tmp / "empty"),
