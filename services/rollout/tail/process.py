@@ -5,7 +5,8 @@ on the tail thread it holds the worker's GIL while the engine's own Python (vLLM
 the model's op dispatch) waits for it, and a thread cannot take that work to another core. Here
 a child process (spawned, so none of vLLM's threads or locks are inherited) runs a
 ``CallFinisher`` of its own (its own Redis connection and reward channel, publishing as the
-worker's consumer name), on ``background_cores`` where the launcher gives them; the worker hands
+worker's consumer name), on ``background_cores`` where the launcher gives them (what the move
+buys on 2 cores is that core's idle time more than the GIL: docs/performance.md); the worker hands
 it each call's jobs (the claims by run and entry, the jobs, the engine's samples) over a pipe
 and waits for the answer on the tail thread, so the loop's contract is unchanged: one tail at a
 time, its error raised at the next hand-off, the lease kept by the worker until the answer.
