@@ -30,7 +30,7 @@ from services.rollout.tail import runners as tails
 from services.rollout.config import RolloutServiceConfig
 from services.rollout.engine import EngineLock
 from services.rollout.episodes import EnvironmentChannels, EpisodeRunner, episode_stats
-from services.rollout.tail.finish import CallFinisher, Claimed, Generated, WorkerStats
+from services.rollout.tail.finish import CallFinisher, Claimed, Generated, RunConsumers, WorkerStats
 from services.rollout.scoring import RewardCalls
 from services.rollout.weight_sync import WeightSync, weight_watch
 
@@ -70,7 +70,6 @@ class RolloutWorker:
         self.registry, self.open_run = registry, open_run
         self.rewards = RewardCalls(reward_stub, reward_deadline_s)
         self.fixed_run_id = run_id
-        self.claim_idle_ms = claim_idle_ms
         self.batch_paths = batch_paths
         self.overlap_tail = overlap_tail
         self._claim_count = 1  # jobs to claim next (batching.claim_count after each call)
@@ -78,7 +77,7 @@ class RolloutWorker:
         self.name = q.consumer_name()
         # runs a call's tail here or on the tail thread; finisher: one elsewhere (tail/process.py)
         self.finisher = finisher or CallFinisher(self.rewards, self.name, self.decode, self.stats)
-        self._runs: dict[str, tuple[q.RunChannels, q.StreamQueue]] = {}
+        self._runs = RunConsumers(open_run, self.name, claim_idle_ms)  # each run: channels, queue
         # where the time between two jobs went (reported with the next group's stats)
         self._free_since = time.perf_counter()
         self._reload_s = 0.0
@@ -108,8 +107,7 @@ class RolloutWorker:
 
     def followed(self) -> tuple[str, q.RunChannels | None]:
         """The run the loop follows and its channels, once opened (for the weights watch)."""
-        opened = self._runs.get(run_id := self._run_id)
-        return run_id, opened[0] if opened else None
+        return (run_id := self._run_id), self._runs.opened(run_id)
 
     # -- the loop ------------------------------------------------------------------------------
     def step(self) -> bool:
@@ -119,7 +117,7 @@ class RolloutWorker:
             time.sleep(NO_RUN_POLL_S)
             return False
         self.maybe_reload(run_id)  # between calls: serve the run's newest published weights
-        channels, queue = self._channels(run_id)
+        channels, queue = self._runs(run_id)
         deliveries = batching.claim(queue, self._claim_count, self.batch_paths)
         if not deliveries:
             return False
@@ -249,19 +247,11 @@ class RolloutWorker:
     def current_run(self) -> str:
         return self.fixed_run_id or self.registry.active()
 
-    def _channels(self, run_id: str) -> tuple[q.RunChannels, q.StreamQueue]:
-        """The run's channels and this worker's consumer of its prompt jobs."""
-        if run_id not in self._runs:
-            channels = self.open_run(run_id)
-            queue = channels.prompt_queue(consumer=self.name, claim_idle_ms=self.claim_idle_ms)
-            self._runs[run_id] = (channels, queue)
-        return self._runs[run_id]
-
     def maybe_reload(self, run_id: str) -> None:
         """Serve the run's newest published version (services/rollout/weight_sync.py). Versions
         count per run: a worker that served another run before reloads even a lower version
         (every run publishes v0)."""
-        pointer = self._channels(run_id)[0].read_weights()
+        pointer = self._runs(run_id)[0].read_weights()
         if pointer is None or self.weights.current(run_id, pointer):
             return
         start = time.perf_counter()

@@ -53,6 +53,26 @@ class Claimed:
         self.queue.dead_letter(self.delivery.entry_id, self.delivery.data, reason)
 
 
+class RunConsumers:
+    """Each run's channels and one consumer's queue of its prompt jobs, opened at first use: the
+    worker's loop and its tail process (process.py) open them alike, each with its own Redis."""
+
+    def __init__(self, open_run: Callable[[str], q.RunChannels], consumer: str, claim_idle_ms: int):
+        self.open_run, self.consumer, self.claim_idle_ms = open_run, consumer, claim_idle_ms
+        self._runs: dict[str, tuple[q.RunChannels, q.StreamQueue]] = {}
+
+    def __call__(self, run_id: str) -> tuple[q.RunChannels, q.StreamQueue]:
+        if run_id not in self._runs:
+            channels = self.open_run(run_id)
+            queue = channels.prompt_queue(consumer=self.consumer, claim_idle_ms=self.claim_idle_ms)
+            self._runs[run_id] = (channels, queue)
+        return self._runs[run_id]
+
+    def opened(self, run_id: str) -> q.RunChannels | None:
+        """The run's channels if they are open already (the weights watch opens none)."""
+        return self._runs[run_id][0] if run_id in self._runs else None
+
+
 @dataclass
 class Generated:
     """What one engine call gave for a job."""

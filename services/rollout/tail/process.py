@@ -140,7 +140,7 @@ def _build(spec: TailSpec):
     from brorl import queue as q
     from brorl import rpc
     from brorl.v1 import reward_pb2_grpc
-    from services.rollout.tail.finish import CallFinisher, Claimed
+    from services.rollout.tail.finish import CallFinisher, Claimed, RunConsumers
     from services.rollout.scoring import RewardCalls
 
     config = spec.config
@@ -156,14 +156,11 @@ def _build(spec: TailSpec):
         return tokenizer[0].decode(token_ids, skip_special_tokens=True)
 
     finisher = CallFinisher(RewardCalls(stub, config.reward_deadline_s), spec.name, decode)
-    runs: dict[str, tuple] = {}
+    consumers = RunConsumers(
+        lambda run_id: q.RunChannels(redis_client, run_id), spec.name, config.claim_idle_ms
+    )
 
     def claims_of(run_id: str, delivery) -> Claimed:
-        if run_id not in runs:
-            channels = q.RunChannels(redis_client, run_id)
-            queue = channels.prompt_queue(consumer=spec.name, claim_idle_ms=config.claim_idle_ms)
-            runs[run_id] = (channels, queue)
-        channels, queue = runs[run_id]
-        return Claimed(channels, queue, delivery)
+        return Claimed(*consumers(run_id), delivery)
 
     return finisher, claims_of
