@@ -122,6 +122,7 @@ class Kill:
     jobs: dict[str, str]  # stream entry id -> job id, in flight when it was killed
     groups: dict[str, str]  # job id -> group id
     checked_ms: int  # Redis's clock when the held jobs were read (the victim frozen and quiet)
+    addresses: frozenset[str]  # its IPs, as Redis names its clients (audit.Publish.address)
 
 
 # A publish the worker wrote to its socket before it froze still reaches Redis: the kernel sends
@@ -161,12 +162,13 @@ def kill_worker_holding_a_job(compose: Compose, redis_url: str, run_id: str, tim
             unfrozen += 1
             time.sleep(0.2)
             continue
-        _wait_quiet(r, _addresses(victim))
+        addresses = _addresses(victim)
+        _wait_quiet(r, addresses)
         jobs, groups = _unpublished(r, keys["prompts"], consumer)
         if jobs:
             checked_ms = _now_ms(r)
             compose.kill(victim["Id"])
-            return Kill(victim["Id"], consumer, jobs, groups, checked_ms)
+            return Kill(victim["Id"], consumer, jobs, groups, checked_ms, frozenset(addresses))
         compose.unpause(victim["Id"])
     raise AssertionError(
         f"no rollout container held an unpublished job in {timeout}s "
@@ -265,35 +267,3 @@ def cluster_state(compose: Compose, run: Run, r: redis.Redis, keys: dict[str, st
         )
     logged = [c for c in containers if service_of(c) in ("rollout", "learner")]
     return "\n".join(lines) + "\n" + compose.logs_of(logged, lines=40)
-
-
-class PathAudit:
-    """Every PathGroup that enters the run's paths stream (XREAD, no consumer group), to show
-    who published the killed worker's groups and how often."""
-
-    def __init__(self, redis_url: str, run_id: str):
-        self.r, self.key = q.connect(redis_url), q.keys(run_id)["paths"]
-        self.seen: list[tuple[str, str, int]] = []  # (group id, worker, Redis ms of its XADD)
-        self.stop = threading.Event()
-        threading.Thread(target=self._read, daemon=True).start()
-
-    def _read(self) -> None:
-        last = "0-0"
-        while not self.stop.is_set():
-            try:
-                got = self.r.xread({self.key: last}, count=100, block=200) or []
-            except redis.RedisError:  # the cluster went down under it
-                return
-            for _stream, entries in got:
-                for entry_id, fields in entries:
-                    last = entry_id
-                    g = common_pb2.PathGroup.FromString(fields[b"data"])
-                    ms = int(entry_id.split(b"-")[0])
-                    self.seen.append((g.group_id, g.worker, ms))
-
-    def publishers(self, group_id: str) -> list[str]:
-        return [w for g, w, _ms in self.seen if g == group_id]
-
-    def published_ms(self, group_id: str) -> list[int]:
-        """Redis's clock at each publish of the group (its paths-stream entry's id)."""
-        return [ms for g, _w, ms in self.seen if g == group_id]
