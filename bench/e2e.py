@@ -14,6 +14,8 @@ accuracy curve.
 Reported:
 * ``cluster_start_s``: from launching the services to every one SERVING (mostly vLLM engines);
 * ``rl_s`` and ``paths_per_s``: from StartRun to the last step, and generated paths per second;
+  ``trained_paths_per_s``: the paths the learner trained on per second (fewer: groups dropped as
+  all-equal or as stale were generated but not trained);
 * ``rollout_alone_paths_per_s``: the same workers generating and scoring the same kind of groups
   with no learner (one client thread per worker calling Generate then ScoreBatch), and
   ``pipeline_ratio`` = paths_per_s / rollout_alone_paths_per_s;
@@ -87,8 +89,8 @@ from services.rollout.config import RolloutServiceConfig  # noqa: E402
 
 PHASES = ("wait", "batch", "forward", "backward", "optimizer", "publish", "publish_wait")
 # the printed object's documented keys (tests/unit/bench/test_bench_smoke.py checks them)
-KEYS = ("bench", "cluster_start_s", "rl_s", "paths_per_s", "rollout_alone_paths_per_s",
-        "pipeline_ratio", "step_phases_s", "learner_flops_over_peak",
+KEYS = ("bench", "cluster_start_s", "rl_s", "paths_per_s", "trained_paths_per_s",
+        "rollout_alone_paths_per_s", "pipeline_ratio", "step_phases_s", "learner_flops_over_peak",
         "learner_standalone_flops_over_peak", "learner_in_pipeline_ratio", "rollout_reload_share",
         "learner_alone_paths_per_s", "bottleneck_ratio", "steady_paths_per_s",
         "steady_pipeline_ratio", "steady_bottleneck_ratio", "worker_alone_paths_per_s",
@@ -325,6 +327,7 @@ def main() -> None:
                 "cluster_start_s": cluster_start_s,
                 "rl_s": rl_s,
                 "paths_per_s": generated / rl_s,
+                "trained_paths_per_s": paths / rl_s,
                 "rollout_alone_paths_per_s": alone,
                 "pipeline_ratio": generated / rl_s / alone,
                 "learner_alone_paths_per_s": learner_alone,
