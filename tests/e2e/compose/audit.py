@@ -49,6 +49,8 @@ class PathAudit:
         call: tuple[str, str, int] | None = None  # the last publish call, until its XADD shows
         try:
             for line in self._monitor.listen():
+                # redis-py joins a command's arguments with spaces; a group's bytes may hold
+                # spaces too, so only the arguments before it (up to the job id) are read
                 args = line["command"].split(" ", 7)
                 if line["client_type"] == "lua":
                     if call and line["command"].startswith(self._xadd):
