@@ -15,7 +15,9 @@ Reported:
 * ``cluster_start_s``: from launching the services to every one SERVING (mostly vLLM engines);
 * ``rl_s`` and ``paths_per_s``: from StartRun to the last step, and generated paths per second;
   ``trained_paths_per_s``: the paths the learner trained on per second (fewer: groups dropped as
-  all-equal or as stale were generated but not trained);
+  all-equal or as stale were generated but not trained); ``stale_paths``: those dropped as stale
+  (sampled by weights more than ``async.max_staleness`` versions older than the update that took
+  them);
 * ``rollout_alone_paths_per_s``: the same workers generating and scoring the same kind of groups
   with no learner (one client thread per worker calling Generate then ScoreBatch), and
   ``pipeline_ratio`` = paths_per_s / rollout_alone_paths_per_s;
@@ -37,7 +39,8 @@ Reported:
   forward, backward, optimizer, publish; ``borrowed``: the part of the update run on the
   workers' cores as well, services/learner/cores.py) and, per group, the rollout's generate
   seconds (and within them vLLM's queue, prefill and decode seconds), score seconds, the Redis
-  publish of the group, and its reload and idle seconds before the job;
+  publish of the group, and its reload and idle seconds before the job (and of those, the
+  wait for the weight version the job asks for: ``rollout_version_wait_per_group``);
 * ``learner_flops_over_peak``: 6 × parameters × positions × epochs (train.passes) / (forward +
   backward + optimizer seconds), over a peak GEMM FLOP/s measured here with the learner's
   thread count;
@@ -258,6 +261,8 @@ def main() -> None:
         # a worker's time between two jobs: reloading published weights, then waiting for work
         phases["rollout_reload_per_group"] = mean("rollout/reload_s")
         phases["rollout_idle_per_group"] = mean("rollout/idle_s")
+        # of those two: holding a job for the weight version it asks for (min_weight_version)
+        phases["rollout_version_wait_per_group"] = mean("rollout/version_wait_s")
         # before a call: waiting for an earlier call's tail (select, score, publish) to finish
         phases["rollout_tail_wait_per_group"] = mean("rollout/tail_wait_s")
         phases["worker_alone_generate_per_group"] = loop_generate  # the engine with no learner
@@ -328,6 +333,7 @@ def main() -> None:
                 "rl_s": rl_s,
                 "paths_per_s": generated / rl_s,
                 "trained_paths_per_s": paths / rl_s,
+                "stale_paths": int(steps[-1].get("learner/dropped_paths/stale", 0)),
                 "rollout_alone_paths_per_s": alone,
                 "pipeline_ratio": generated / rl_s / alone,
                 "learner_alone_paths_per_s": learner_alone,

@@ -43,11 +43,6 @@ OVERRIDES = [
     "run.sampling.n=64",
     "run.train.groups_per_step=2",
     "run.train.micro_batch_paths=32",
-    # one step's groups ahead: the learner is the slower stage on most VMs measured, and with two
-    # steps ahead the worker sampled groups with weights two versions old that were then dropped
-    # as stale (896 of 3,968 paths on an Intel VM), work taken from the cores the learner borrows
-    # while the worker idles (docs/performance.md: 24 steps in 266 s instead of 347 s)
-    "run.async.max_inflight_groups=2",
     # 24 steps: over 8, the first call's fill and the last update (nothing overlaps either)
     # weigh as much as 2 of ~9 steps, and the ratios measure the run's start more than the
     # run (docs/performance.md: pipeline ratio 0.73 over 8 steps and 0.88 over 24 on one VM)

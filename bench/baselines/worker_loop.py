@@ -32,6 +32,7 @@ def worker_loop_alone(redis_url: str, namespace: str, run_cfg, seconds: float, w
     with its model and data resolved) when nothing but this function consumes their groups,
     and the mean seconds a group of them spent in the engine (PathGroup.generate_seconds)."""
     from services.learner.feed.jobfeed import JobFeed
+    from services.learner.feed.lookahead import LearnerAt
     from services.learner.feed.prompts import load_run_prompts
 
     client = q.connect(redis_url)
@@ -42,7 +43,9 @@ def worker_loop_alone(redis_url: str, namespace: str, run_cfg, seconds: float, w
     groups = channels.path_queue(consumer="bench")
     parts = len(sampling.job_parts(run_cfg.sampling, run_cfg.explore, 0))  # messages a group
     registry = q.RunRegistry(client, namespace)
-    feed.top_up(0, step=0)
+    # no learner: version 0 throughout, so no job asks for a newer one (feed/lookahead.py)
+    at = LearnerAt(step=0, version=0, needed=run_cfg.train.groups_per_step)
+    feed.top_up(0, at)
     registry.announce(run_id)
     messages, taken = 0, 0
     # (arrival, paths taken by then), from the first arrival after warm_s
@@ -65,7 +68,7 @@ def worker_loop_alone(redis_url: str, namespace: str, run_cfg, seconds: float, w
                 points.append((now, taken))
                 if now - points[0][0] >= seconds:
                     break
-            feed.top_up(messages // parts, step=0)
+            feed.top_up(messages // parts, at)
     finally:
         registry.retire(run_id)
         channels.clear_prompts()

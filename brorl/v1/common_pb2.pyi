@@ -200,7 +200,7 @@ class ChatTurn(_message.Message):
     def __init__(self, close: _Optional[str] = ..., before: _Optional[str] = ..., after: _Optional[str] = ...) -> None: ...
 
 class PromptJob(_message.Message):
-    __slots__ = ("run_id", "job_id", "group_id", "prompt_id", "prompt", "reference", "sampling", "reward_fn", "learner_step", "part_index", "part_count", "path_offset", "explore", "extra", "eval", "verifier_fn", "verifier_sample", "prompt_token_ids", "env")
+    __slots__ = ("run_id", "job_id", "group_id", "prompt_id", "prompt", "reference", "sampling", "reward_fn", "learner_step", "part_index", "part_count", "path_offset", "explore", "extra", "eval", "verifier_fn", "verifier_sample", "prompt_token_ids", "env", "min_weight_version")
     class ExtraEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -227,6 +227,7 @@ class PromptJob(_message.Message):
     VERIFIER_SAMPLE_FIELD_NUMBER: _ClassVar[int]
     PROMPT_TOKEN_IDS_FIELD_NUMBER: _ClassVar[int]
     ENV_FIELD_NUMBER: _ClassVar[int]
+    MIN_WEIGHT_VERSION_FIELD_NUMBER: _ClassVar[int]
     run_id: str
     job_id: str
     group_id: str
@@ -246,7 +247,8 @@ class PromptJob(_message.Message):
     verifier_sample: float
     prompt_token_ids: _containers.RepeatedScalarFieldContainer[int]
     env: EnvironmentParams
-    def __init__(self, run_id: _Optional[str] = ..., job_id: _Optional[str] = ..., group_id: _Optional[str] = ..., prompt_id: _Optional[str] = ..., prompt: _Optional[str] = ..., reference: _Optional[str] = ..., sampling: _Optional[_Union[SamplingParams, _Mapping]] = ..., reward_fn: _Optional[str] = ..., learner_step: _Optional[int] = ..., part_index: _Optional[int] = ..., part_count: _Optional[int] = ..., path_offset: _Optional[int] = ..., explore: _Optional[_Union[ExploreParams, _Mapping]] = ..., extra: _Optional[_Mapping[str, str]] = ..., eval: _Optional[bool] = ..., verifier_fn: _Optional[str] = ..., verifier_sample: _Optional[float] = ..., prompt_token_ids: _Optional[_Iterable[int]] = ..., env: _Optional[_Union[EnvironmentParams, _Mapping]] = ...) -> None: ...
+    min_weight_version: int
+    def __init__(self, run_id: _Optional[str] = ..., job_id: _Optional[str] = ..., group_id: _Optional[str] = ..., prompt_id: _Optional[str] = ..., prompt: _Optional[str] = ..., reference: _Optional[str] = ..., sampling: _Optional[_Union[SamplingParams, _Mapping]] = ..., reward_fn: _Optional[str] = ..., learner_step: _Optional[int] = ..., part_index: _Optional[int] = ..., part_count: _Optional[int] = ..., path_offset: _Optional[int] = ..., explore: _Optional[_Union[ExploreParams, _Mapping]] = ..., extra: _Optional[_Mapping[str, str]] = ..., eval: _Optional[bool] = ..., verifier_fn: _Optional[str] = ..., verifier_sample: _Optional[float] = ..., prompt_token_ids: _Optional[_Iterable[int]] = ..., env: _Optional[_Union[EnvironmentParams, _Mapping]] = ..., min_weight_version: _Optional[int] = ...) -> None: ...
 
 class WeightVersion(_message.Message):
     __slots__ = ("version", "uri", "sha256", "kind", "base_version", "created_ms", "bytes")

@@ -38,6 +38,7 @@ from services.learner.feed.heldout import HeldoutEval
 from services.learner.guard.actions import RunGuard
 from services.learner.intake.collect import GroupIntake
 from services.learner.feed.jobfeed import JobFeed
+from services.learner.feed.lookahead import LearnerAt
 from services.learner.observe.probe import ProbeMeter
 from services.learner.feed.prompts import RunPrompts, load_run_prompts
 from services.learner.publish import PublishThread, WeightPublisher
@@ -108,11 +109,11 @@ class Trainer:
     def _run(self) -> None:
         self.start()
         train, stop = self.cfg.train, self.state.stop_requested
-        self._redis(lambda: self.feed.top_up(self.intake.consumed, self.step), "feeding")
+        self._redis(self._top_up, "feeding")
         self._warm_forward()  # while the workers sample the first jobs
         while self.step < train.steps and not stop.is_set():
             t0 = time.perf_counter()
-            self._redis(lambda: self.feed.top_up(self.intake.consumed, self.step), "feeding")
+            self._redis(self._top_up, "feeding")
             intake = self.intake.collect(train.groups_per_step, self.version, stop)
             if intake is None:
                 break  # stop requested while waiting
@@ -161,6 +162,13 @@ class Trainer:
             )
             self.state.samples(intake.groups, self.cfg.samples_every)
         self.finish()
+
+    def _top_up(self, needed: int | None = None) -> None:
+        """Send jobs while there is room (JobFeed.top_up); ``needed``: the groups the update
+        being collected still needs (None between updates: a step's)."""
+        if needed is None:
+            needed = self.cfg.train.groups_per_step
+        self.feed.top_up(self.intake.consumed, LearnerAt(self.step, self.version, needed))
 
     def _skipped(self, update: dict[str, float]) -> bool:
         """True for an update the policy skipped (non-finite loss or gradient)."""
@@ -219,7 +227,7 @@ class Trainer:
         self.intake = GroupIntake(
             self.channels.path_queue(claim_idle_ms=NEVER_RECLAIM_MS),
             asynchrony,
-            on_consumed=lambda: self.feed.top_up(self.intake.consumed, self.step),
+            on_consumed=lambda: self._top_up(self.intake.needed),
             lost_parts=dead.poll,
             on_eval=self.heldout.take,
         )

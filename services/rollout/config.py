@@ -143,6 +143,16 @@ class RolloutServiceConfig(StrictModel):
             "(rollout/weights_fetch_stalls) and the worker keeps serving the version it has."
         ),
     )
+    version_wait_s: float = Field(
+        600.0,
+        gt=0,
+        description=(
+            "How long the worker holds claimed jobs for the weight version they ask for "
+            "(PromptJob.min_weight_version: the oldest the learner will not drop as stale); "
+            "past it they are sampled with the version the engine has, and the wait is counted "
+            "(rollout/version_waits_expired)."
+        ),
+    )
     watch_weights: bool = Field(
         True,
         description=(

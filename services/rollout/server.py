@@ -189,6 +189,7 @@ def serve(config: RolloutServiceConfig, engine=None) -> None:
                 overlap_tail=config.overlap_tail,
                 reward_deadline_s=config.reward_deadline_s,
                 weight_fetch_deadline_s=config.weight_fetch_deadline_s,
+                version_wait_s=config.version_wait_s,
                 watch_weights=config.watch_weights,
                 background_cores=config.background_cores,
                 stats=stats,

@@ -40,6 +40,13 @@ DEFAULTS = {k: f.default for k, f in RolloutServiceConfig.model_fields.items()}
 # How often a worker with no run asks for one: a run's first jobs wait for it (at 0.5 s the
 # first call of a demo_fast run started 0.39 s after its jobs); 20 Redis GETs a second are free.
 NO_RUN_POLL_S = 0.05
+# How often a worker holding jobs for a newer weight version reads the run's pointer: the learner
+# waits for these groups, so the version is taken within this of its publication.
+VERSION_POLL_S = 0.01
+
+
+class Stopping(Exception):
+    """The worker was stopped while it held jobs for a weight version: they stay pending."""
 
 
 class RolloutWorker:
@@ -57,6 +64,7 @@ class RolloutWorker:
         overlap_tail: bool = DEFAULTS["overlap_tail"],
         reward_deadline_s: float = DEFAULTS["reward_deadline_s"],
         weight_fetch_deadline_s: float = DEFAULTS["weight_fetch_deadline_s"],
+        version_wait_s: float = DEFAULTS["version_wait_s"],
         watch_weights: bool = DEFAULTS["watch_weights"],
         background_cores: tuple[int, ...] = (),
         stats: WorkerStats | None = None,
@@ -85,6 +93,10 @@ class RolloutWorker:
         self.tails: tails.Inline | tails.TailThread = tails.Inline()  # run() overlaps them
         self.weights = WeightSync(engine, engine_lock, weight_fetch_deadline_s, background_cores)
         self.watch_weights = watch_weights
+        self.version_wait_s = version_wait_s
+        self._version_wait_s = 0.0  # held for a weight version since the previous call
+        self.version_waits_expired = 0
+        self._stop = threading.Event()  # run()'s
         self._run_id = ""  # the run the loop follows now, for the weights watch
         self.environments = environments or EnvironmentChannels()
 
@@ -92,12 +104,15 @@ class RolloutWorker:
         """The loop until ``stop``; with ``overlap_tail`` each call's tail runs beside the next
         call's sampling."""
         log.info("worker %s started", self.name)
+        self._stop = stop
         self.tails = tails.TailThread() if self.overlap_tail else tails.Inline()
         try:
             with weight_watch(self.weights, self.followed, self.watch_weights):
                 while not stop.is_set():
                     try:
                         self.step()
+                    except Stopping:
+                        break
                     except Exception:  # noqa: BLE001 - keep the loop alive; the job stays pending and is retried
                         log.exception("worker step failed; retrying in 2 s")
                         stop.wait(2.0)
@@ -139,8 +154,9 @@ class RolloutWorker:
 
     def sample_claims(self, claims: list[Claimed]) -> tails.Tail:
         """The claimed jobs sampled together; returns the call's tail to run (the finisher's)."""
-        between = self._between_jobs()
         jobs = [(claim, job) for claim in claims if (job := self.decode_job(claim)) is not None]
+        self.await_version(max((job.min_weight_version for _, job in jobs), default=0))
+        between = self._between_jobs()
         sampled = list(zip(jobs, self.generate_all([job for _, job in jobs])))
         version = self.engine.weight_version
         return lambda: self.finisher.finish(sampled, between, version)
@@ -264,6 +280,35 @@ class RolloutWorker:
             )
         self._reload_s += time.perf_counter() - start
 
+    def await_version(self, version: int) -> None:
+        """Hold the claimed jobs until the engine serves ``version`` of the followed run (the
+        oldest their paths may have: services/learner/feed/lookahead.py), loading it as soon as
+        it is published. After ``version_wait_s`` they are sampled with what the engine has
+        (counted); a stop meanwhile leaves them pending for another worker (``Stopping``)."""
+        run_id = self._run_id or self.fixed_run_id
+        if not self._serving_below(run_id, version):
+            return
+        start = time.monotonic()
+        while self._serving_below(run_id, version):
+            if time.monotonic() - start > self.version_wait_s:
+                self.version_waits_expired += 1
+                log.warning(
+                    "weight version %d not published after %.0fs: sampling with version %d",
+                    version,
+                    self.version_wait_s,
+                    self.engine.weight_version,
+                )
+                break
+            if self._stop.wait(VERSION_POLL_S):
+                raise Stopping
+            self.maybe_reload(run_id)
+        self._version_wait_s += time.monotonic() - start
+
+    def _serving_below(self, run_id: str, version: int) -> bool:
+        if version <= 0:
+            return False
+        return self.weights.loaded_run != run_id or self.engine.weight_version < version
+
     def _between_jobs(self) -> dict[str, float]:
         """Since the previous call was handed to its tail: reloading weights, waiting for work;
         and before that hand-off, waiting for an earlier call's tail to finish."""
@@ -273,7 +318,9 @@ class RolloutWorker:
             "rollout/reload_s": self._reload_s,
             "rollout/idle_s": max(time.perf_counter() - self._free_since - self._reload_s, 0.0),
             "rollout/tail_wait_s": waited,
+            "rollout/version_wait_s": self._version_wait_s,
+            "rollout/version_waits_expired": float(self.version_waits_expired),
             **{k: float(v) for k, v in self.weights.counts.items()},  # cumulative, this worker
         }
-        self._reload_s = 0.0
+        self._reload_s = self._version_wait_s = 0.0
         return out

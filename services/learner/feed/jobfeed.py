@@ -16,6 +16,7 @@ from brorl import sampling
 from brorl.config.run import AdaptiveBudget, RunConfig
 from brorl.v1 import common_pb2
 from services.learner.feed import budget, ids
+from services.learner.feed.lookahead import LearnerAt, min_weight_version
 from services.learner.feed.prompts import Prompt, PromptOrder
 
 
@@ -83,20 +84,27 @@ class JobFeed:
         index = int(pid[1:])
         return self.prompts[index].stratum if index < len(self.prompts) else ""
 
-    def top_up(self, consumed: int, step: int) -> None:
+    def top_up(self, consumed: int, at: LearnerAt) -> None:
         """Enqueue groups until ``max_inflight_groups`` are in flight (enqueued − ``consumed``),
         once at least a block of them (``block``) can go, all in one transaction. A worker
         waiting for jobs then wakes to a step's groups together and samples them in one engine
         call; sent one per consumed group, each went to an idle worker alone, and a step's
-        groups came from different calls (docs/performance.md, "A step's jobs sent together")."""
+        groups came from different calls (docs/performance.md, "A step's jobs sent together").
+        Each job names the oldest weight version it may be sampled with; a group whose version
+        is not made yet stays here until it is (feed/lookahead.py)."""
         most = self.cfg.asynchrony.max_inflight_groups
         if most - (self.cursor - consumed) < self.block:
             return
         jobs: list[bytes] = []
         cursor = self.cursor
         while cursor - consumed < most:
-            jobs += self.jobs(cursor, step)
+            oldest = min_weight_version(at, cursor - consumed, self.cfg)
+            if oldest is None:
+                break  # would be stale if sampled now: goes once its version is made
+            jobs += self.jobs(cursor, at.step, oldest)
             cursor += 1
+        if not jobs:
+            return
         self.queue.put_many(jobs)
         self.cursor = cursor  # only once they are enqueued: a failed put is retried whole
 
@@ -127,8 +135,9 @@ class JobFeed:
         """Enqueue the jobs of group ``g<cursor>``."""
         self.queue.put_many(self.jobs(cursor, step))
 
-    def jobs(self, cursor: int, step: int) -> list[bytes]:
-        """The serialized PromptJobs of group ``g<cursor>`` (one per part)."""
+    def jobs(self, cursor: int, step: int, min_version: int = 0) -> list[bytes]:
+        """The serialized PromptJobs of group ``g<cursor>`` (one per part), to be sampled with
+        weights of at least ``min_version``."""
         index = self.order[cursor]
         prompt = self.prompts[index]
         n = self.group_size(cursor)
@@ -148,6 +157,7 @@ class JobFeed:
                 verifier_fn=self.cfg.monitors.verifier_fn,
                 verifier_sample=self.cfg.monitors.verifier_sample,
                 learner_step=step,
+                min_weight_version=min_version,
                 part_index=part.index,
                 part_count=part.count,
                 path_offset=part.path_offset,

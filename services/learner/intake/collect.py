@@ -103,6 +103,7 @@ class GroupIntake:
         self.consumed = 0
         self.degenerate_streak = 0
         self.min_version = 0  # groups sampled by older weights are dropped (a rollback's)
+        self._collecting: tuple[int, Intake] | None = None  # (want, intake) while collecting
         # The learner is the group's only consumer: it takes over a dead predecessor's pending
         # groups once at start, and never reclaims from itself (parts of a fanned-out group
         # wait un-acked in the assembler until their siblings arrive).
@@ -114,6 +115,24 @@ class GroupIntake:
         A Redis outage is ridden out (brorl.queue.retry_while_down) and does not count against
         the wait for groups; what was delivered but never seen is read again after it."""
         intake = Intake()
+        self._collecting = (want, intake)
+        try:
+            return self._collect(want, version, stop, intake)
+        finally:
+            self._collecting = None
+
+    @property
+    def needed(self) -> int | None:
+        """Usable groups the collect under way still needs (None outside a collect): what the
+        job feed's forecast starts from (services/learner/feed/lookahead.py)."""
+        if self._collecting is None:
+            return None
+        want, intake = self._collecting
+        return max(want - len(intake.groups), 0)
+
+    def _collect(
+        self, want: int, version: int, stop: threading.Event, intake: Intake
+    ) -> Intake | None:
         timeout = self.rules.group_timeout_s
         deadline = time.monotonic() + timeout
         while len(intake.groups) < want:
@@ -259,7 +278,6 @@ class GroupIntake:
     def _finish(self, group, entries, version, intake: Intake, outcome: str = "") -> None:
         self.seen.add(group.group_id)
         self.consumed += 1
-        self.on_consumed()
         staleness = version - group.weight_version
         group, excluded = usable_paths(group, self.rules.excluded_reward_statuses)
         if not outcome and not group.error and len(group.paths) < 2:
@@ -270,6 +288,7 @@ class GroupIntake:
             intake.entries.extend(entries)
         else:
             self.ack(entries)
+        self.on_consumed()  # room for a group: the feed sends more (it reads ``needed``)
 
     def _judge(self, group: common_pb2.PathGroup, staleness: int) -> str:
         if group.error:

@@ -26,6 +26,10 @@ from services.rollout.scoring import RewardCalls
 log = logging.getLogger(__name__)
 
 
+# the stats a call's first group carries for the whole call (its later groups carry 0)
+PER_CALL = ("rollout/reload_s", "rollout/idle_s", "rollout/tail_wait_s", "rollout/version_wait_s")
+
+
 @dataclass
 class WorkerStats:
     paths_generated: int = 0
@@ -117,9 +121,7 @@ class CallFinisher:
                 self.publish(claim, job, self.group(claim, job, gen, chosen, paths, between))
             # the jobs after the first of a call waited for nothing but the call itself
             between = {**between, "rollout/publish_s": self.publish_s}
-            between.update(
-                {"rollout/reload_s": 0.0, "rollout/idle_s": 0.0, "rollout/tail_wait_s": 0.0}
-            )
+            between.update({k: 0.0 for k in PER_CALL})
 
     def close(self) -> None:
         """Nothing to stop here (TailProcess stops its child)."""

@@ -17,6 +17,7 @@ from brorl.config.run import RunConfig
 from brorl.v1 import common_pb2, reward_pb2
 from services.learner.model.batch import advantages_of, build_batches
 from services.learner.feed.jobfeed import JobFeed
+from services.learner.feed.lookahead import LearnerAt
 from services.learner.feed.prompts import Prompt, resolve_model_defaults
 from services.rollout.worker import Claimed, RolloutWorker
 from tests.memory_queue import MemoryChannels, MemoryRegistry
@@ -86,9 +87,8 @@ def test_learner_and_worker_agree_on_every_sampling_field(tmp_path, name):
     run_cfg = RunConfig.model_validate(cfg)
     resolve_model_defaults(run_cfg)  # as StartRun does: unset fields from the model's files
     channels = MemoryChannels("r1")
-    JobFeed("r1", run_cfg, [Prompt("1+1=", "2")], channels.prompts, epoch="e0").top_up(
-        consumed=0, step=0
-    )
+    feed = JobFeed("r1", run_cfg, [Prompt("1+1=", "2")], channels.prompts, epoch="e0")
+    feed.top_up(consumed=0, at=LearnerAt(step=0, version=0, needed=1))
     engine = RecordingEngine()
     worker = RolloutWorker(
         engine,

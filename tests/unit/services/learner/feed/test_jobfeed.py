@@ -9,6 +9,7 @@ import pytest
 from brorl.config.run import RunConfig
 from brorl.v1 import common_pb2
 from services.learner.feed.jobfeed import JobFeed
+from services.learner.feed.lookahead import LearnerAt
 from services.learner.feed.prompts import Prompt
 from tests.memory_queue import MemoryStreamQueue
 
@@ -22,6 +23,11 @@ class BatchRecordingQueue(MemoryStreamQueue):
         if items:
             self.batches.append([common_pb2.PromptJob.FromString(d).group_id for d in items])
         return super().put_many(items)
+
+
+def at(step: int) -> LearnerAt:
+    """A learner at ``step`` and version 0: every job asks for version 0 (none)."""
+    return LearnerAt(step=step, version=0, needed=1)
 
 
 def feed_for(groups_per_step: int, max_inflight: int, parts: int = 1) -> JobFeed:
@@ -40,13 +46,13 @@ def feed_for(groups_per_step: int, max_inflight: int, parts: int = 1) -> JobFeed
 
 def test_groups_go_out_a_step_at_a_time_in_one_put():
     feed = feed_for(groups_per_step=2, max_inflight=4)
-    feed.top_up(consumed=0, step=0)
+    feed.top_up(consumed=0, at=at(0))
     assert feed.queue.batches == [["g0", "g1", "g2", "g3"]] and feed.cursor == 4
-    feed.top_up(consumed=1, step=0)  # one slot free: less than a step's groups, nothing goes
+    feed.top_up(consumed=1, at=at(0))  # one slot free: less than a step's groups, nothing goes
     assert len(feed.queue.batches) == 1 and feed.cursor == 4
-    feed.top_up(consumed=2, step=1)
+    feed.top_up(consumed=2, at=at(1))
     assert feed.queue.batches[-1] == ["g4", "g5"] and feed.cursor == 6
-    feed.top_up(consumed=5, step=2)  # three free (a dropped group): all three go together
+    feed.top_up(consumed=5, at=at(2))  # three free (a dropped group): all three go together
     assert feed.queue.batches[-1] == ["g6", "g7", "g8"] and feed.cursor == 9
 
 
@@ -57,17 +63,17 @@ def test_groups_go_out_a_step_at_a_time_in_one_put():
 def test_a_block_is_a_steps_groups_or_half_the_bound(groups_per_step, max_inflight, block):
     feed = feed_for(groups_per_step, max_inflight)
     assert feed.block == block
-    feed.top_up(consumed=0, step=0)
+    feed.top_up(consumed=0, at=at(0))
     assert feed.cursor == max_inflight
-    feed.top_up(consumed=block - 1, step=0)
+    feed.top_up(consumed=block - 1, at=at(0))
     assert feed.cursor == max_inflight  # not yet a block free
-    feed.top_up(consumed=block, step=0)
+    feed.top_up(consumed=block, at=at(0))
     assert feed.cursor == max_inflight + block
 
 
 def test_a_groups_parts_go_out_together():
     feed = feed_for(groups_per_step=2, max_inflight=2, parts=2)
-    feed.top_up(consumed=0, step=0)
+    feed.top_up(consumed=0, at=at(0))
     assert feed.queue.batches == [["g0", "g0", "g1", "g1"]]
     feed.send(7, step=3)  # a re-sent group (after a resume): its parts in one put too
     assert feed.queue.batches[-1] == ["g7", "g7"]
@@ -82,5 +88,5 @@ def test_a_failed_put_leaves_the_cursor_where_it_was():
     feed = feed_for(groups_per_step=2, max_inflight=4)
     feed.queue = FailingQueue()
     with pytest.raises(ConnectionError):
-        feed.top_up(consumed=0, step=0)
+        feed.top_up(consumed=0, at=at(0))
     assert feed.cursor == 0  # the retry sends the same groups, none is skipped
