@@ -26,7 +26,9 @@ def test_short_broaden_study_writes_results_tables_and_plots(tmp_path, recipe_co
         f"warmstart={WARMSTART_OVERRIDE}", "eval_problems=50",
         # min gain 1.0 over a window of 1: the second evaluation (step 1) is a plateau
         "eval_every=1", "plateau_window=1", "plateau_min_gain=1.0", "saturate_max_steps=3",
-        "sample_budget=1500", "wall_s=20", "budget_n=8", "budget_n_min=2", "budget_n_max=14",
+        # 500 paths: 8-13 steps an arm, 6 s: 27-30 (1,500 paths took 22-28 steps and 8-17 s an
+        # arm, 20 s 56-59 steps: 86 s of the test's 4 min in the suite)
+        "sample_budget=500", "wall_s=6", "budget_n=8", "budget_n_min=2", "budget_n_max=14",
         f"eval_points={EVAL_POINTS}", "probe_problems=8", "passk_problems=8", "passk_samples=8",
         "run.train.groups_per_step=2", "run.reward_fn=format", f"out={out}",
         # sampled hotter than the recipe's 1.0, a policy that has learned the format still
