@@ -2,8 +2,10 @@
 
 Each must score 0 with a status saying why, within its limits, and the service must keep serving.
 Limits are small on purpose (this machine is shared): 1 s wall/CPU, 32 processes, 128 MB. The
-throughput test scores honest code only and uses ``code_roomy`` (10 s): on a loaded machine one
-honest job can take more than 1 s of wall time, and that test is about concurrency, not limits.
+throughput test, the honest solutions and the tampering cases use ``code_roomy`` (10 s): on a
+loaded machine one job can take more than 1 s of wall time (two tampering cases that exit at
+once were scored "timeout" after 2.1 and 4.9 s while the suite ran three lanes), and those tests
+are about concurrency and the checker, not limits.
 """
 
 import json
@@ -71,9 +73,7 @@ def score(stub, *codes, reference=TESTS, timeout=60, fn="code"):
         for i, c in enumerate(codes)
     ]
     start = time.monotonic()
-    resp = stub.ScoreBatch(
-        reward_pb2.ScoreBatchRequest(reward_fn=fn, items=items), timeout=timeout
-    )
+    resp = stub.ScoreBatch(reward_pb2.ScoreBatchRequest(reward_fn=fn, items=items), timeout=timeout)
     return list(resp.results), time.monotonic() - start
 
 
@@ -258,14 +258,15 @@ def tampering_items():
 @pytest.mark.parametrize("kind", list(HONEST))
 def test_honest_solutions_still_pass(stub, kind):
     code, reference = HONEST[kind]
-    [r], _ = score(stub, textwrap.dedent(code), reference=json.dumps(reference))
+    [r], _ = score(stub, textwrap.dedent(code), reference=json.dumps(reference), fn="code_roomy")
     assert (r.reward, r.status) == (1.0, "ok"), r
 
 
 @pytest.mark.parametrize("kind", list(TAMPERING))
 def test_tampering_scores_zero(stub, kind):
     code, tests = TAMPERING[kind]
-    [r], _ = score(stub, textwrap.dedent(code), reference=json.dumps({"tests": tests}))
+    reference = json.dumps({"tests": tests})
+    [r], _ = score(stub, textwrap.dedent(code), reference=reference, fn="code_roomy")
     assert r.reward == 0.0 and r.status in ("ok", "error"), r
 
 
