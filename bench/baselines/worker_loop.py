@@ -43,8 +43,9 @@ def worker_loop_alone(redis_url: str, namespace: str, run_cfg, seconds: float, w
     groups = channels.path_queue(consumer="bench")
     parts = len(sampling.job_parts(run_cfg.sampling, run_cfg.explore, 0))  # messages a group
     registry = q.RunRegistry(client, namespace)
-    # no learner: version 0 throughout, so no job asks for a newer one (feed/lookahead.py)
-    at = LearnerAt(step=0, version=0, needed=run_cfg.train.groups_per_step)
+    # no learner: every group in flight counts as the update under way's, so the feed holds none
+    # back and none asks for a weight version (feed/lookahead.py): the bound alone, as before
+    at = LearnerAt(step=0, version=0, needed=run_cfg.asynchrony.max_inflight_groups)
     feed.top_up(0, at)
     registry.announce(run_id)
     messages, taken = 0, 0
