@@ -25,7 +25,7 @@ for dir in tests/*/; do
   esac
 done
 logs=$(mktemp -d -t brorl-tests.XXXXXX)
-pids=()
+names=() pids=()
 trap 'kill "${pids[@]}" 2>/dev/null; rm -rf "$logs"' EXIT INT TERM
 
 lane() {  # lane NAME COMMAND...: runs the commands in order; the lane's code is the first failure's
@@ -40,7 +40,7 @@ lane() {  # lane NAME COMMAND...: runs the commands in order; the lane's code is
     done
     exit "$rc"
   ) >"$logs/$name" 2>&1 &
-  pids+=($!)
+  names+=("$name") pids+=($!)
 }
 
 pytest="$PY -m pytest -q --durations=10"
@@ -50,8 +50,8 @@ lane B "$pytest -m '$MARKS' tests/e2e --ignore=tests/e2e/recipes" \
 
 status=0
 summary=""
-for i in 0 1; do
-  name=$(printf '%s' AB | cut -c$((i + 1)))
+for i in "${!pids[@]}"; do
+  name=${names[$i]}
   wait "${pids[$i]}"
   rc=$?
   [ "$rc" -eq 0 ] || status=1
