@@ -39,3 +39,12 @@ def reward_server(cfg):
     finally:
         channel.close()
         server.stop()
+
+
+@pytest.fixture(scope="session")
+def harness_runs(tiny_model_dir, tmp_path_factory):
+    """Runs of tests/integration/ranks_harness.py on ``tiny_model_dir``, each run once for the
+    session: the tests that compare against the same run share it (``Runs.get``)."""
+    from tests.integration.ranks_harness import Runs
+
+    return Runs(tiny_model_dir, tmp_path_factory.mktemp("ranks"))

@@ -11,6 +11,10 @@ writes the error it got to OUT_DIR/error.txt. ``--checkpoint-at K``: a checkpoin
 K in OUT_DIR/ckpt; ``--resume DIR``: load DIR's checkpoint first and go on from its update (the
 groups of update k are the same in every run). With ``--optimizer onebit_adam``, rank 0's bytes
 sent per update (by collective) go to OUT_DIR/comm.json.
+
+The tests start it with ``launch`` (a process of its own) and read what it wrote with
+``weights``; ``Runs`` keeps each successful run's output for the session (the
+``harness_runs`` fixture), so that the tests asking for the same run share one.
 """
 
 from __future__ import annotations
@@ -21,8 +25,49 @@ import os
 import shutil
 import signal
 import sys
+import subprocess
 import time
 from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def launch(
+    model, out, ranks=1, zero=0, die_at=0, timeout_s=240, estimator="grpo", extra=()
+) -> subprocess.CompletedProcess:
+    """This harness in a process of its own; ``extra``: more of its flags."""
+    cmd = [sys.executable, "-m", "tests.integration.ranks_harness", str(model), str(out)]
+    cmd += ["--ranks", str(ranks), "--zero", str(zero), "--die-at", str(die_at)]
+    cmd += ["--estimator", estimator, *map(str, extra)]
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    for k in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"):
+        env.pop(k, None)
+    return subprocess.run(cmd, env=env, cwd=ROOT, capture_output=True, text=True, timeout=timeout_s)
+
+
+def weights(directory):
+    """The weights a run wrote (or a model directory's), by name: CPU tensors."""
+    from safetensors.torch import load_file
+
+    return load_file(str(Path(directory) / "model.safetensors"))
+
+
+class Runs:
+    """Successful runs of the harness by their settings, each run once: ``get`` returns the
+    output directory of the run with those settings, running it the first time it is asked
+    for (a failed run is not kept: the test that asked fails with its stderr)."""
+
+    def __init__(self, model, root: Path):
+        self.model, self.root, self.done = model, Path(root), {}
+
+    def get(self, ranks=1, zero=0, estimator="grpo", extra=()) -> Path:
+        key = (ranks, zero, estimator, tuple(map(str, extra)))
+        if key not in self.done:
+            out = self.root / f"run{len(self.done)}"
+            proc = launch(self.model, out, ranks=ranks, zero=zero, estimator=estimator, extra=extra)
+            assert proc.returncode == 0, proc.stderr[-3000:]
+            self.done[key] = out
+        return self.done[key]
 
 
 def groups(step: int):

@@ -15,7 +15,7 @@ import time
 
 import pytest
 
-from tests.integration.test_learner_ranks import harness, weights
+from tests.integration.ranks_harness import launch, weights
 
 pytestmark = pytest.mark.slow
 ONEBIT = ["--optimizer", "onebit_adam"]
@@ -25,11 +25,9 @@ def max_diff(a, b) -> float:
     return max((a[k] - b[k]).abs().max().item() for k in a)
 
 
-def test_the_warm_up_is_adamw_on_two_ranks(tiny_model_dir, tmp_path):
-    for name, extra in (("adamw", []), ("onebit", [*ONEBIT, "--freeze", "3"])):
-        done = harness(tiny_model_dir, tmp_path / name, ranks=2, extra=extra)
-        assert done.returncode == 0, done.stderr[-3000:]
-    adamw, onebit = weights(tmp_path / "adamw"), weights(tmp_path / "onebit")
+def test_the_warm_up_is_adamw_on_two_ranks(tiny_model_dir, harness_runs):
+    adamw = weights(harness_runs.get(ranks=2))  # the 2-rank ZeRO-0 run the ranks test compares
+    onebit = weights(harness_runs.get(ranks=2, extra=[*ONEBIT, "--freeze", "3"]))
     assert max_diff(adamw, weights(tiny_model_dir)) > 1e-3  # the updates moved the weights
     assert max_diff(adamw, onebit) <= 1e-6
 
@@ -37,14 +35,14 @@ def test_the_warm_up_is_adamw_on_two_ranks(tiny_model_dir, tmp_path):
 def test_compressed_bytes_and_a_resume_in_the_compressed_phase(tiny_model_dir, tmp_path):
     """2 warm-up updates, then compressed ones; the checkpoint after update 3 is resumed."""
     steps = [*ONEBIT, "--freeze", "2", "--updates", "5"]
-    full = harness(tiny_model_dir, tmp_path / "full", 2, extra=[*steps, "--checkpoint-at", "3"])
+    full = launch(tiny_model_dir, tmp_path / "full", 2, extra=[*steps, "--checkpoint-at", "3"])
     assert full.returncode == 0, full.stderr[-3000:]
     ckpt = tmp_path / "full" / "ckpt"
     assert sorted(p.name for p in (ckpt / "update3").glob("onebit_adam_rank*.pt")) == [
         "onebit_adam_rank0.pt",
         "onebit_adam_rank1.pt",
     ]
-    resumed = harness(tiny_model_dir, tmp_path / "resumed", 2, extra=[*steps, "--resume", ckpt])
+    resumed = launch(tiny_model_dir, tmp_path / "resumed", 2, extra=[*steps, "--resume", ckpt])
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert max_diff(weights(tmp_path / "full"), weights(tmp_path / "resumed")) <= 1e-6
 
@@ -62,7 +60,7 @@ def test_compressed_bytes_and_a_resume_in_the_compressed_phase(tiny_model_dir, t
 def test_a_killed_rank_ends_a_compressed_run_with_its_name(tiny_model_dir, tmp_path):
     start = time.monotonic()
     out = tmp_path / "die"
-    done = harness(
+    done = launch(
         tiny_model_dir, out, ranks=2, die_at=3, extra=[*ONEBIT, "--freeze", "1", "--updates", "4"]
     )
     assert done.returncode == 3, done.stderr[-3000:]
