@@ -24,8 +24,8 @@ import json
 import os
 import shutil
 import signal
-import sys
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -50,6 +50,11 @@ def weights(directory):
     from safetensors.torch import load_file
 
     return load_file(str(Path(directory) / "model.safetensors"))
+
+
+def max_diff(a, b) -> float:
+    """The largest |a - b| over the tensors of ``a`` (two ``weights`` results)."""
+    return max((a[k] - b[k]).abs().max().item() for k in a)
 
 
 class Runs:

@@ -15,14 +15,10 @@ import time
 
 import pytest
 
-from tests.integration.ranks_harness import launch, weights
+from tests.integration.ranks_harness import launch, max_diff, weights
 
 pytestmark = pytest.mark.slow
 ONEBIT = ["--optimizer", "onebit_adam"]
-
-
-def max_diff(a, b) -> float:
-    return max((a[k] - b[k]).abs().max().item() for k in a)
 
 
 def test_the_warm_up_is_adamw_on_two_ranks(tiny_model_dir, harness_runs):
