@@ -10,7 +10,10 @@ from brorl.apps.cluster.launcher import REPO_ROOT, child_env
 
 # The shortened warm-start every recipe test trains on (its `warmstart=` override): trained once
 # per session (recipe_warmstart) and copied into each test's workdir, where the recipe finds it
-# cached under its config hash (demo/warmstart.py) instead of training it again.
+# cached under its config hash (demo/warmstart.py) instead of training it again. One torch
+# thread: the suite's other lane keeps a core busy, and two threads then take twice as long
+# (this warm-start beside one busy core: 38.6 s at two threads, 19.8 s at one; 13.4 and 15.8 s
+# on idle cores).
 WARMSTART = ["--steps", "150", "--eval-problems", "50"]
 WARMSTART_OVERRIDE = "[" + ",".join(WARMSTART) + "]"
 
@@ -18,7 +21,17 @@ WARMSTART_OVERRIDE = "[" + ",".join(WARMSTART) + "]"
 @pytest.fixture(scope="session")
 def recipe_warmstart(tmp_path_factory):
     out = tmp_path_factory.mktemp("recipe_warmstart") / "warmstart"
-    cmd = [sys.executable, "-m", "demo", "warmstart", "--out", str(out), *WARMSTART]
+    cmd = [
+        sys.executable,
+        "-m",
+        "demo",
+        "--threads",
+        "1",
+        "warmstart",
+        "--out",
+        str(out),
+        *WARMSTART,
+    ]
     proc = subprocess.run(
         cmd, cwd=REPO_ROOT, env=child_env(), capture_output=True, text=True, timeout=900
     )
