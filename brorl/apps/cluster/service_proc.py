@@ -28,10 +28,11 @@ class ServiceProc:
         **overrides,
     ):
         """``omp_threads``: the process's OpenMP (torch) threads, OMP_NUM_THREADS; 1 as in the
-        demo's cluster (``threads_per_process``), 0 for torch's default of one per core. At
-        torch's default on 2 cores, beside a rollout service's in-process vLLM engine, the
-        reward-hacking test's learner took 26.6 s for an update of 256 paths of the 0.8 M demo
-        model, 0.53 s at one thread: each op of two threads waits for the one descheduled."""
+        demo's cluster (``threads_per_process``), 0 for torch's default of one per core. The
+        suite runs two lanes of tests on 2 cores, so a service seldom has a core to itself: with
+        one core kept busy beside the reward-hacking test's services, its learner took 26.6 s
+        an update at two threads and 0.53 s at one (0.48 s at two on idle cores), as each op of
+        two threads waits for the one that was descheduled."""
         self.name = name or service
         self.security = security
         self.port_file = tmp / f"{self.name}.port"

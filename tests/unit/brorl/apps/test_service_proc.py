@@ -1,7 +1,7 @@
 """ServiceProc, the tests' and benchmarks' way to start a service: each process gets one OpenMP
 (torch) thread unless told otherwise, as the demo cluster's services do (threads_per_process).
-At torch's default of one thread per core, a learner beside a rollout service's vLLM engine on
-2 cores took 50x as long for an update (brorl/apps/cluster/service_proc.py)."""
+At torch's default of one thread per core, with one of 2 cores busy, a learner beside a rollout
+service took 50x as long for an update (brorl/apps/cluster/service_proc.py)."""
 
 from pathlib import Path
 
