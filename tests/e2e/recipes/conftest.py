@@ -21,19 +21,9 @@ WARMSTART_OVERRIDE = "[" + ",".join(WARMSTART) + "]"
 @pytest.fixture(scope="session")
 def recipe_warmstart(tmp_path_factory):
     out = tmp_path_factory.mktemp("recipe_warmstart") / "warmstart"
-    cmd = [
-        sys.executable,
-        "-m",
-        "demo",
-        "--threads",
-        "1",
-        "warmstart",
-        "--out",
-        str(out),
-        *WARMSTART,
-    ]
+    cmd = [sys.executable, "-m", "demo", "warmstart", "--out", str(out), *WARMSTART]
     proc = subprocess.run(
-        cmd, cwd=REPO_ROOT, env=child_env(), capture_output=True, text=True, timeout=900
+        cmd, cwd=REPO_ROOT, env=child_env(threads=1), capture_output=True, text=True, timeout=900
     )
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     return out
