@@ -5,8 +5,7 @@ the user a long wait and a traceback from some child process; found here it cost
 the rules live in one place: what a model directory is (a directory with ``config.json``), a
 usable input file, config file, output directory, free port, Redis, reachable service and
 token/TLS settings — and how a failure is answered: ``BadInput``, which the CLI prints as ONE
-line on stderr naming the input and what to do, with exit code ``EXIT_BAD_INPUT`` (2, argparse's
-code for usage errors).
+line on stderr naming the input and what to do, with exit code ``EXIT_BAD_INPUT`` (2).
 
 ``PREFLIGHT`` maps every subcommand to its checks (test_cli_bad_input.py checks each has one).
 """
@@ -275,7 +274,8 @@ def _recipe(cls, args, command: str):
 
 def check_cluster(args, rest) -> None:
     model_dir("--model", args.model)
-    ranges = (("workers", args.workers, 0, 4096), ("learner-ranks", args.learner_ranks, 1, 64))
+    ranges = [("workers", args.workers, 0, 4096), ("learner-ranks", args.learner_ranks, 1, 64)]
+    ranges.append(("threads-per-process", args.threads_per_process or 0, 0, 1024))  # None: unset
     for flag, value, low, high in ranges:
         if not low <= value <= high:
             raise BadInput(f"--{flag} {value}", f"must be {low} to {high}", f"pass --{flag} N")

@@ -61,6 +61,7 @@ def cmd_cluster(args) -> int:
         security=checks.security(args),
         read_roots=args.read_root,
         learner_overrides={"ranks": args.learner_ranks},
+        threads_per_process=args.threads_per_process,
         rollout_overrides=parse_overrides(args.rollout_set),
     )
     try:
@@ -225,6 +226,14 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--workers", type=int, default=2)
     c.add_argument(
         "--learner-ranks", type=int, default=1, help="learner processes (data parallel, DeepSpeed)"
+    )
+    c.add_argument(
+        "--threads-per-process",
+        type=int,
+        default=None,
+        metavar="N",
+        help="OpenMP threads of each service (default: the cores split evenly between the "
+        "workers and the learner's ranks, at least one; 0: torch's default of one per core)",
     )
     c.add_argument("--workdir", default=".cache/cluster")
     c.add_argument("--redis-url", default=cluster.REDIS_URL)

@@ -3,6 +3,7 @@ learner as separate processes, and stops every one of them by pid — on Ctrl-C,
 when one of the services dies."""
 
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -115,6 +116,10 @@ def test_ctrl_c_stops_every_process_including_vllm_engines(tmp_path, tiny_model)
             wait_serving(address, timeout=10)
         assert all(alive(pid) for pid in c.all_pids())
         assert c.descendants, "the rollout service runs its vLLM engine in a child process"
+        # no --threads-per-process: the cores split between the worker and the learner
+        even = str(max(1, len(os.sched_getaffinity(0)) // 2))
+        for name in ("reward", "rollout-0", "learner"):
+            assert psutil.Process(c.pids[name]).environ().get("OMP_NUM_THREADS") == even, name
         # every service's /metrics, printed and listed for Prometheus (docs/observability.md)
         urls = dict(
             part.split(" ")

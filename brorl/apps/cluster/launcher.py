@@ -76,7 +76,9 @@ class ClusterSpec:
     rollout_overrides: dict = field(default_factory=dict)
     reward_overrides: dict = field(default_factory=dict)
     learner_overrides: dict = field(default_factory=dict)
-    threads_per_process: int = 0  # 0: leave torch/OMP defaults
+    # OMP threads of every process; None: placement.threads_each (the cores split evenly),
+    # 0: torch's default of one per core
+    threads_per_process: int | None = None
     namespace: str = "default"  # workers follow the learner of their namespace
     rollout_cpu_bind: str = "auto"  # see worker_cpu_bind; every service's cores: placement.py
     # Token and TLS of every service and of the launcher's own health checks (docs/security.md).
@@ -98,6 +100,7 @@ class Cluster:
         self.logs = spec.workdir / "logs"
         self.ports = spec.workdir / "ports"  # gRPC and metrics port files
         self.redis_url = spec.redis_url
+        self.threads = spec.threads_per_process or 0  # resolved by start()
 
     @property
     def learner_address(self) -> str:
@@ -144,7 +147,7 @@ class Cluster:
             stdout=out,
             stderr=subprocess.STDOUT,
             cwd=REPO_ROOT,
-            env=child_env(self.spec.threads_per_process),
+            env=child_env(self.threads),
             start_new_session=True,
         )
         out.close()
@@ -194,14 +197,17 @@ class Cluster:
         s = self.spec
         secure = security_overrides(s.security)
         learner, usable = s.learner_overrides, sorted(os.sched_getaffinity(0))
-        threads = s.threads_per_process or len(usable)  # 0: torch's default, one per core
+        ranks = int(learner.get("ranks") or 1)
+        self.threads = s.threads_per_process
+        if self.threads is None:
+            self.threads = placement.threads_each(len(usable), s.rollout_workers, ranks)
+        threads = self.threads or len(usable)  # 0: torch's default, one per core
         cores = placement.placement(
             s.rollout_cpu_bind,
             s.rollout_workers,
             usable,
             worker_threads=threads,
-            learner_threads=int(learner.get("ranks") or 1)
-            * int(learner.get("torch_threads") or threads),
+            learner_threads=ranks * int(learner.get("torch_threads") or threads),
         )
         self.ensure_redis()
         scrape_targets.empty_dir(self.ports)  # an earlier cluster's port files go

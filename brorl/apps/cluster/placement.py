@@ -49,6 +49,18 @@ def parse_cores(spec: str) -> frozenset[int]:
     return frozenset(cores)
 
 
+def threads_each(cores: int, workers: int, learner_ranks: int = 1) -> int:
+    """OpenMP threads of each service process when nobody says: the cores split evenly between
+    the processes that compute (the rollout workers and the learner's ranks), at least one.
+
+    Why not torch's default of one thread per core: processes that share cores, each with a
+    thread per core, wait at every op for the thread that was descheduled. Measured, the
+    learner's update of the demo model in a cluster of one worker with one of 2 cores kept busy
+    by other work: 28.5 s at the default, 0.59 s at one thread (docs/performance.md).
+    """
+    return max(1, cores // max(workers + learner_ranks, 1))
+
+
 def worker_cores(mode: str, index: int, usable: list[int]) -> Cores:
     """The cores of rollout worker ``index`` under ``rollout_cpu_bind`` ``mode``, within
     ``usable`` (sorted); None for ``nobind`` or a list with none of the usable cores."""

@@ -95,6 +95,12 @@ ROWS = [
         "--learner-ranks N",
     ),
     (
+        "cluster-negative-threads",
+        "cluster --model {model} {cluster} --threads-per-process -1",
+        "--threads-per-process -1",
+        "must be 0 to 1024",
+    ),
+    (
         "cluster-port-in-use",
         "cluster --model {model} {cluster} --learner-port {busy}",
         "--learner-port",

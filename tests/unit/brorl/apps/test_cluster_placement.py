@@ -88,6 +88,39 @@ def test_nobind_and_a_single_core_machine_pin_nothing_anyone_could_not_share():
     assert one["rollout-0"] == {4} and one["learner"] is None and one["reward"] is None
 
 
+@pytest.mark.parametrize(
+    "cores,workers,ranks,threads",
+    [(2, 1, 1, 1), (2, 2, 1, 1), (16, 2, 1, 5), (16, 3, 2, 3), (8, 0, 1, 8), (1, 4, 1, 1)],
+)
+def test_unless_told_each_process_gets_an_even_share_of_the_cores(cores, workers, ranks, threads):
+    assert placement.threads_each(cores, workers, ranks) == threads
+
+
+def test_the_launcher_gives_its_children_the_thread_count_it_resolved(tmp_path, monkeypatch):
+    usable = len(os.sched_getaffinity(0))
+    monkeypatch.setattr(Cluster, "ensure_redis", lambda self: None)
+    monkeypatch.setattr(Cluster, "wait_ready", lambda self, timeout=0: None)
+    envs = {}
+    monkeypatch.setattr(
+        "subprocess.Popen",
+        lambda argv, env, **kw: envs.update({argv[2]: env}) or type("P", (), {"pid": 0})(),
+    )
+    monkeypatch.setattr(placement, "pin", lambda pid, cores: None)
+
+    def started(**spec) -> tuple[int, set]:
+        envs.clear()
+        c = Cluster(ClusterSpec(model="-", workdir=tmp_path, rollout_workers=1, **spec))
+        c.start()
+        return c.threads, {e.get("OMP_NUM_THREADS") for e in envs.values()}
+
+    even = max(1, usable // 2)  # one worker and one learner rank
+    assert started() == (even, {str(even)})
+    assert started(threads_per_process=3) == (3, {"3"})
+    # 0: every service keeps the variable the launcher was started with (torch's default)
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    assert started(threads_per_process=0) == (0, {None})
+
+
 @pytest.mark.parametrize("text,cores", [("3", {3}), ("0-2", {0, 1, 2}), ("5,1-2", {1, 2, 5})])
 def test_parse_cores(text, cores):
     assert placement.parse_cores(text) == cores
