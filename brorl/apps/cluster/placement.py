@@ -54,9 +54,9 @@ def threads_each(cores: int, workers: int, learner_ranks: int = 1) -> int:
     the processes that compute (the rollout workers and the learner's ranks), at least one.
 
     Why not torch's default of one thread per core: processes that share cores, each with a
-    thread per core, wait at every op for the thread that was descheduled. Measured, the
-    learner's update of the demo model in a cluster of one worker with one of 2 cores kept busy
-    by other work: 28.5 s at the default, 0.59 s at one thread (docs/performance.md).
+    thread per core, wait at every op for the thread that was descheduled. Measured, a cluster
+    of one worker on 2 cores, one of them kept busy by other work, the learner's median update
+    of the demo model: 25.8 s at the default, 0.53 s at one thread (docs/performance.md).
     """
     return max(1, cores // max(workers + learner_ranks, 1))
 
