@@ -3,6 +3,7 @@
 At torch's default of one thread per core, with one of 2 cores busy, a learner beside a rollout
 service took 50x as long for an update (brorl/apps/cluster/service_proc.py)."""
 
+import time
 from pathlib import Path
 
 import pytest
@@ -11,10 +12,18 @@ from brorl.apps.cluster.service_proc import ServiceProc
 
 
 def started_env(tmp_path: Path, **kwargs) -> dict[str, str]:
-    """The environment the reward service's process was started with (read from /proc)."""
+    """The environment the reward service's process was started with (read from /proc).
+
+    Popen returns once exec has closed the child's close-on-exec pipe, which is before the
+    kernel has laid out the new program's environment: read that soon, on a loaded machine,
+    /proc/<pid>/environ can still be empty. So it is read until it is not."""
     proc = ServiceProc("reward", tmp_path, **kwargs)
     try:
-        raw = Path(f"/proc/{proc.pid}/environ").read_bytes()
+        deadline = time.monotonic() + 30
+        while not (raw := Path(f"/proc/{proc.pid}/environ").read_bytes()):
+            assert proc.popen.poll() is None, proc.log()
+            assert time.monotonic() < deadline, "the service's environment stayed empty"
+            time.sleep(0.01)
     finally:
         proc.stop()
     pairs = (item.split(b"=", 1) for item in raw.split(b"\0") if b"=" in item)
