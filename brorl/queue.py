@@ -147,6 +147,10 @@ class RunChannels:
         """Drop every queued prompt job (a resumed learner re-sends what it still needs)."""
         self.r.xtrim(self.keys["prompts"], maxlen=0)
 
+    def clear_paths(self) -> None:
+        """Drop every scored group not yet consumed (a new run under an earlier run's id)."""
+        self.r.xtrim(self.keys["paths"], maxlen=0)
+
     def expire(self, seconds: int) -> None:
         """Let every key of the run expire ``seconds`` from now (called when the run ends)."""
         for key in self.keys.values():

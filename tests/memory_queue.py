@@ -111,9 +111,16 @@ class MemoryChannels:
         return stream == "prompts"
 
     def clear_prompts(self) -> None:
-        for e in self.prompts.new:
-            self.prompts.entries.pop(e, None)
-        self.prompts.new = []
+        self._clear(self.prompts)
+
+    def clear_paths(self) -> None:
+        self._clear(self.paths)
+
+    @staticmethod
+    def _clear(stream: MemoryStreamQueue) -> None:
+        for e in stream.new:
+            stream.entries.pop(e, None)
+        stream.new = []
 
     def expire(self, seconds: int) -> None:
         self.expired_after = seconds

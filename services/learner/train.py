@@ -234,6 +234,11 @@ class Trainer:
         if self.resume:
             self._restore()
         else:
+            # A run id used before keeps that run's streams for run_keys_ttl_s after it ended:
+            # a worker would sample its leftover jobs (holding them for weight versions this run
+            # has not made) and this run would take its groups for its own (g<cursor> ids).
+            self._redis(self.channels.clear_prompts, "clearing an earlier run's jobs")
+            self._redis(self.channels.clear_paths, "clearing an earlier run's groups")
             # Version 0 is the initial policy, published so that workers which served another
             # run before load it rather than keep that run's weights.
             self.version = -1

@@ -104,6 +104,7 @@ class FakeRollout(threading.Thread):
         super().__init__(daemon=True)
         self.url, self.run_id, self.stop = url, run_id, threading.Event()
         self.answered = 0
+        self.job_ids: list[str] = []  # every job answered
 
     def run(self) -> None:
         client = redis.Redis.from_url(self.url, socket_timeout=5, socket_connect_timeout=1)
@@ -118,6 +119,7 @@ class FakeRollout(threading.Thread):
                     group = answer_job(job, pointer.version if pointer else 0)
                     channels.publish_group(queue, d.entry_id, job.job_id, group.SerializeToString())
                     self.answered += 1
+                    self.job_ids.append(job.job_id)
             except (redis.ConnectionError, redis.TimeoutError):  # Redis restarting
                 time.sleep(0.3)
 
@@ -127,12 +129,14 @@ class JsonCheckpointPolicy:
 
     def __init__(self):
         self.updates: list[list[str]] = []
+        self.workers: set[str] = set()  # who sampled the paths trained on
 
     def warm_forward(self, paths: int, length: int) -> float:
         return 0.0
 
     def update(self, groups) -> dict[str, float]:
         self.updates.append([g.group_id for g in groups])
+        self.workers.update(p.worker for g in groups for p in g.paths)
         time.sleep(0.05)  # an update takes some time: a kill can land anywhere
         return {
             "learner/loss": 0.0,

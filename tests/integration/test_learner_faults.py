@@ -17,10 +17,12 @@ import redis
 
 from brorl import queue as q
 from brorl import streams
+from brorl.v1 import common_pb2
 from tests.integration.learner_faults_harness import (
     REPO,
     FakeRollout,
     PrivateRedis,
+    answer_job,
     run_learner,
     trained_steps,
 )
@@ -78,6 +80,54 @@ def test_sigkilled_learner_resumes_and_trains_every_group_exactly_once(tmp_path,
     assert sorted(trained) == list(range(1, steps + 1))  # reached its step count
     ids = [g for s in sorted(trained) for g in trained[s]]
     assert len(ids) == 2 * steps and len(set(ids)) == len(ids)  # each group once
+
+
+def test_a_new_run_under_an_earlier_runs_id_takes_none_of_its_jobs_or_groups(
+    tmp_path, private_redis
+):
+    """A run's streams outlive it by run_keys_ttl_s. A new run (not a resume) under the same id
+    must not train on the earlier run's unconsumed groups (their ids, g<cursor>, are its own),
+    nor leave its jobs to the workers: a worker holds a job for the weight version it asks for,
+    which the new run makes only once its workers bring groups (a 2-step run hung 5 min so)."""
+    run_id, run_dir = "again", tmp_path / "run"
+    channels = q.RunChannels(redis.Redis.from_url(private_redis.url), run_id)
+    jobs = channels.prompt_queue(consumer="gone")
+    earlier = [
+        common_pb2.PromptJob(
+            run_id=run_id,
+            job_id=f"{run_id}/earlier/{cursor}/0",
+            group_id=f"g{cursor}",
+            prompt_id=f"p{cursor}",
+            prompt=f"{cursor}+1=",
+            sampling=common_pb2.SamplingParams(n=4),
+            min_weight_version=3,
+        )
+        for cursor in range(3)
+    ]
+    jobs.put(earlier[0].SerializeToString())
+    assert jobs.read(count=1, block_ms=None)  # held by a worker that is gone: pending
+    jobs.put(earlier[1].SerializeToString())  # never delivered
+    late = answer_job(earlier[2], version=2)  # published after the earlier run's last step
+    for path in late.paths:
+        path.worker = "earlier"
+    channels.path_queue().put(late.SerializeToString())
+
+    done: dict = {}
+    learner = threading.Thread(
+        target=lambda: done.update(policy=run_learner(private_redis.url, run_id, run_dir, 6))
+    )
+    learner.start()
+    # workers follow a run once it is announced, after its version 0
+    wait_until(channels.read_weights, 60, what="the new run's version 0")
+    rollout = FakeRollout(private_redis.url, run_id)
+    rollout.start()
+    try:
+        learner.join(timeout=120)
+    finally:
+        rollout.stop.set()
+    assert not learner.is_alive() and "policy" in done, "the new run did not finish"
+    assert not {job.job_id for job in earlier} & set(rollout.job_ids)
+    assert done["policy"].workers == {"fake"}
 
 
 def test_checkpoints_carry_the_rng_state(tmp_path):
