@@ -1,6 +1,6 @@
-"""The learner against a real Redis: SIGKILLed and resumed, Redis restarted mid-run, and
-nothing growing with the run's length (docs/reliability.md). The rollout is a stand-in thread
-(the workers' side of a crash is tests/e2e/test_worker_crash.py)."""
+"""The learner against a real Redis: SIGKILLed and resumed, Redis restarted mid-run, a new run
+under an earlier run's id, and nothing growing with the run's length (docs/reliability.md). The
+rollout is a stand-in thread (the workers' side of a crash is tests/e2e/test_worker_crash.py)."""
 
 from __future__ import annotations
 
