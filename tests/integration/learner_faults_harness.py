@@ -103,7 +103,6 @@ class FakeRollout(threading.Thread):
     def __init__(self, url: str, run_id: str):
         super().__init__(daemon=True)
         self.url, self.run_id, self.stop = url, run_id, threading.Event()
-        self.answered = 0
         self.job_ids: list[str] = []  # every job answered
 
     def run(self) -> None:
@@ -118,7 +117,6 @@ class FakeRollout(threading.Thread):
                     pointer = channels.read_weights()
                     group = answer_job(job, pointer.version if pointer else 0)
                     channels.publish_group(queue, d.entry_id, job.job_id, group.SerializeToString())
-                    self.answered += 1
                     self.job_ids.append(job.job_id)
             except (redis.ConnectionError, redis.TimeoutError):  # Redis restarting
                 time.sleep(0.3)

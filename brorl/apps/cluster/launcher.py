@@ -8,6 +8,7 @@ runs the same commands (a test checks it).
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import os
@@ -100,7 +101,15 @@ class Cluster:
         self.logs = spec.workdir / "logs"
         self.ports = spec.workdir / "ports"  # gRPC and metrics port files
         self.redis_url = spec.redis_url
-        self.threads = spec.threads_per_process or 0  # resolved by start()
+
+    @functools.cached_property
+    def threads(self) -> int:
+        """OMP threads of every service: the spec's, or an even share of the cores."""
+        s = self.spec
+        if s.threads_per_process is not None:
+            return s.threads_per_process
+        ranks = int(s.learner_overrides.get("ranks") or 1)
+        return placement.threads_each(len(os.sched_getaffinity(0)), s.rollout_workers, ranks)
 
     @property
     def learner_address(self) -> str:
@@ -197,17 +206,14 @@ class Cluster:
         s = self.spec
         secure = security_overrides(s.security)
         learner, usable = s.learner_overrides, sorted(os.sched_getaffinity(0))
-        ranks = int(learner.get("ranks") or 1)
-        self.threads = s.threads_per_process
-        if self.threads is None:
-            self.threads = placement.threads_each(len(usable), s.rollout_workers, ranks)
         threads = self.threads or len(usable)  # 0: torch's default, one per core
         cores = placement.placement(
             s.rollout_cpu_bind,
             s.rollout_workers,
             usable,
             worker_threads=threads,
-            learner_threads=ranks * int(learner.get("torch_threads") or threads),
+            learner_threads=int(learner.get("ranks") or 1)
+            * int(learner.get("torch_threads") or threads),
         )
         self.ensure_redis()
         scrape_targets.empty_dir(self.ports)  # an earlier cluster's port files go
