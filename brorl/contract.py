@@ -43,8 +43,17 @@ class TokenTurn:
 class ConsumerGroup:
     """The Redis Streams consumer groups: each stream is consumed by the service named here."""
 
-    ROLLOUT = "rollout"  # brorl:{run}:prompts, read by rollout workers
-    LEARNER = "learner"  # brorl:{run}:paths, read by the learner
+    ROLLOUT = "rollout"  # brorl:{namespace}:{run}:prompts, read by rollout workers
+    LEARNER = "learner"  # brorl:{namespace}:{run}:paths, read by the learner
+
+
+class KeyName:
+    """Names that become part of a Redis key (brorl.queue.keys): a run id and a cluster
+    namespace. No ':' (the keys' separator), so no two (namespace, run) pairs share a key."""
+
+    PATTERN = r"^[A-Za-z0-9_.-]{1,64}$"
+    RULE = "use 1-64 letters, digits, '.', '_' or '-'"
+    DEFAULT_NAMESPACE = "default"
 
 
 class LearnerWaits:

@@ -5,6 +5,7 @@ outages. The queues themselves are brorl.streams."""
 from __future__ import annotations
 
 import logging
+import re
 import threading
 import time
 from dataclasses import dataclass
@@ -12,7 +13,7 @@ from typing import Callable
 
 import redis
 
-from brorl.contract import ConsumerGroup
+from brorl.contract import ConsumerGroup, KeyName
 from brorl.streams import Delivery, StreamQueue, _s, consumer_name
 from brorl.v1 import common_pb2
 
@@ -24,9 +25,13 @@ log = logging.getLogger(__name__)
 CONSUMERS = {"prompts": ConsumerGroup.ROLLOUT, "paths": ConsumerGroup.LEARNER}
 
 
-def keys(run_id: str) -> dict[str, str]:
-    """The Redis keys of one run (docs/design.md "Redis keys")."""
-    base = f"brorl:{run_id}"
+def keys(run_id: str, *, namespace: str) -> dict[str, str]:
+    """The Redis keys of one run of one cluster namespace (docs/design.md "Redis keys"): two
+    clusters sharing a Redis may reuse a run id without touching each other's streams."""
+    for what, name in (("namespace", namespace), ("run id", run_id)):
+        if not re.match(KeyName.PATTERN, name):
+            raise ValueError(f"{what} {name!r}: {KeyName.RULE}")
+    base = f"brorl:{namespace}:{run_id}"
     return {
         name: f"{base}:{name}"
         for name in ("prompts", "paths", "weights", "dead", "done", "metrics")
@@ -42,7 +47,7 @@ def active_run_key(namespace: str) -> str:
 class RunRegistry:
     """Which run the learner of a namespace is training: its rollout workers follow it."""
 
-    def __init__(self, client: redis.Redis, namespace: str = "default"):
+    def __init__(self, client: redis.Redis, namespace: str):
         self.r, self.key = client, active_run_key(namespace)
 
     def announce(self, run_id: str) -> None:
@@ -61,8 +66,9 @@ class RunRegistry:
 class RunChannels:
     """The streams and pointers of one run, so that no key string leaves this module."""
 
-    def __init__(self, client: redis.Redis, run_id: str):
-        self.r, self.run_id, self.keys = client, run_id, keys(run_id)
+    def __init__(self, client: redis.Redis, run_id: str, *, namespace: str):
+        self.r, self.run_id = client, run_id
+        self.namespace, self.keys = namespace, keys(run_id, namespace=namespace)
 
     def prompt_queue(self, **options) -> "StreamQueue":
         """Prompt jobs, consumed by the rollout workers (brorl.contract.ConsumerGroup.ROLLOUT)."""

@@ -37,7 +37,7 @@ def worker_loop_alone(redis_url: str, namespace: str, run_cfg, seconds: float, w
 
     client = q.connect(redis_url)
     run_id = f"worker-alone-{time.strftime('%H%M%S')}"
-    channels = q.RunChannels(client, run_id)
+    channels = q.RunChannels(client, run_id, namespace=namespace)
     prompts = load_run_prompts(run_cfg)
     feed = JobFeed(run_id, run_cfg, prompts.train, channels.prompt_queue(), "alone", prompts.env)
     groups = channels.path_queue(consumer="bench")

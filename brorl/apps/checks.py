@@ -26,6 +26,7 @@ from brorl import cluster
 from brorl.apps import compare_cmd, demo_cmd, recipe, sweep_cmd, tasks
 from brorl.apps.cluster.launcher import REPO_ROOT
 from brorl.config.base import load_config, parse_text
+from brorl.contract import KeyName
 from brorl.errors import BrorlError
 from brorl.security import SecurityConfig
 
@@ -279,6 +280,8 @@ def check_cluster(args, rest) -> None:
     for flag, value, low, high in ranges:
         if not low <= value <= high:
             raise BadInput(f"--{flag} {value}", f"must be {low} to {high}", f"pass --{flag} N")
+    if not re.match(KeyName.PATTERN, args.namespace):
+        raise BadInput(f"--namespace {args.namespace!r}", KeyName.RULE, "pass --namespace NAME")
     security(args)
     _local_cluster(args, args.workers)
 
@@ -367,12 +370,8 @@ def check_rm(args, rest) -> None:
     if generate > 0:
         output_file("--data", data)
     else:
-        input_file(
-            "--data",
-            data,
-            "pass an existing preference JSONL (prompt, chosen, rejected), "
-            "or add --generate N to write one there",
-        )
+        fix = "pass an existing preference JSONL (prompt, chosen, rejected), or add --generate N"
+        input_file("--data", data, fix + " to write one there")
     output_dir("--out", out)
     if f.backbone:
         model_dir("--backbone", f.backbone)

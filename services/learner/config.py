@@ -3,6 +3,7 @@ from __future__ import annotations
 from pydantic import Field, model_validator
 
 from brorl.config.base import StrictModel
+from brorl.contract import KeyName
 from brorl.rpc import metrics_bind_field
 from brorl.security import SecurityConfig
 from brorl.cluster import DEFAULT, METRICS_PORTS, REDIS_URL, address
@@ -28,8 +29,8 @@ class LearnerServiceConfig(StrictModel):
         ),
     )
     namespace: str = Field(
-        "default",
-        min_length=1,
+        KeyName.DEFAULT_NAMESPACE,
+        pattern=KeyName.PATTERN,
         description=(
             "Cluster namespace announced to the rollout workers (clusters sharing a Redis stay "
             "apart)."

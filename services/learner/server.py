@@ -21,7 +21,7 @@ import torch
 from brorl import queue as q
 from brorl import rpc
 from brorl.config.base import dump
-from brorl.contract import LearnerWaits
+from brorl.contract import KeyName, LearnerWaits
 from brorl.errors import FailedPrecondition, InvalidArgument, NotFound
 from brorl.metrics import Metrics
 from brorl.config.run import parse_run_config
@@ -37,7 +37,7 @@ from services.learner.train import Trainer
 
 log = logging.getLogger(__name__)
 SERVICE_NAME = learner_pb2.DESCRIPTOR.services_by_name["LearnerService"].full_name
-_RUN_ID = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
+_RUN_ID = re.compile(KeyName.PATTERN)
 
 
 class LearnerServicer(learner_pb2_grpc.LearnerServiceServicer):
@@ -93,7 +93,7 @@ class LearnerServicer(learner_pb2_grpc.LearnerServiceServicer):
         cfg, prompts = self._checked_run(request)
         run_id = request.run_id or time.strftime("run-%Y%m%d-%H%M%S-") + uuid.uuid4().hex[:6]
         if not _RUN_ID.match(run_id):
-            raise InvalidArgument("run_id", "use 1-64 letters, digits, '.', '_' or '-'")
+            raise InvalidArgument("run_id", KeyName.RULE)
         with self.lock:
             run_dir = self._run_dir(run_id, request.resume)
             (run_dir / "config.yaml").write_text(dump(cfg))
@@ -106,7 +106,7 @@ class LearnerServicer(learner_pb2_grpc.LearnerServiceServicer):
             )
             state = RunState(run_id, run_dir, cfg.train.steps, sinks)
             store = WeightStore(self.config.weights_dir or run_dir / "weights")
-            self.channels = q.RunChannels(self.r, run_id)
+            self.channels = q.RunChannels(self.r, run_id, namespace=self.config.namespace)
             trainer = Trainer(
                 run_id,
                 cfg,
@@ -152,8 +152,9 @@ class LearnerServicer(learner_pb2_grpc.LearnerServiceServicer):
             load_prompts(cfg.probe.path, field="probe.path")
             if self.ranks is not None and self.config.zero_stage == 3:
                 raise InvalidArgument(
-                    "probe", "is measured on rank 0 alone, which ZeRO-3's partitioned "
-                    "parameters do not allow with several ranks: use zero_stage 2 or no probe"
+                    "probe",
+                    "is measured on rank 0 alone, which ZeRO-3's partitioned "
+                    "parameters do not allow with several ranks: use zero_stage 2 or no probe",
                 )
         return cfg, prompts
 

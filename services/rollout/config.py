@@ -3,6 +3,7 @@ from __future__ import annotations
 from pydantic import Field, field_validator
 
 from brorl.config.base import StrictModel
+from brorl.contract import KeyName
 from brorl.rpc import metrics_bind_field
 from brorl.security import InferenceSecurityConfig
 from brorl.cluster import DEFAULT, METRICS_PORTS, REDIS_URL, ROLLOUT_PORT, address
@@ -68,11 +69,12 @@ class RolloutServiceConfig(StrictModel):
     )
     run_id: str = Field(
         "",
+        pattern=f"^$|{KeyName.PATTERN}",
         description="Run to work for; empty follows the active run of the learner in `namespace`.",
     )
     namespace: str = Field(
-        "default",
-        min_length=1,
+        KeyName.DEFAULT_NAMESPACE,
+        pattern=KeyName.PATTERN,
         description=(
             "Cluster namespace: workers follow the learner of the same namespace (clusters sharing "
             "a Redis stay apart)."

@@ -181,7 +181,7 @@ def serve(config: RolloutServiceConfig, engine=None) -> None:
                 servicer.engine,
                 lock,
                 q.RunRegistry(redis_client, config.namespace),
-                functools.partial(q.RunChannels, redis_client),
+                functools.partial(q.RunChannels, redis_client, namespace=config.namespace),
                 reward,
                 run_id=config.run_id,
                 claim_idle_ms=config.claim_idle_ms,

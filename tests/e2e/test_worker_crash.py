@@ -38,8 +38,8 @@ class SlowReward(reward_pb2_grpc.RewardServiceServicer):
 
 
 def test_killed_worker_job_is_reclaimed_and_published_once(services, tiny_model):
-    run_id = f"crash-{uuid.uuid4().hex[:8]}"
-    keys = q.keys(run_id)
+    run_id, namespace = f"crash-{uuid.uuid4().hex[:8]}", f"crash-{uuid.uuid4().hex[:8]}"
+    keys = q.keys(run_id, namespace=namespace)  # the workers' keys, not the default namespace's
     r = q.connect("redis://127.0.0.1:6379/0")
     slow = SlowReward(delay_s=4.0)
     server = rpc.Server("127.0.0.1:0", ["brorl.v1.RewardService"])
@@ -49,6 +49,7 @@ def test_killed_worker_job_is_reclaimed_and_published_once(services, tiny_model)
         common = dict(
             model=tiny_model,
             run_id=run_id,
+            namespace=namespace,
             reward_address=f"127.0.0.1:{server.port}",
             claim_idle_ms=3000,
         )
@@ -92,5 +93,4 @@ def test_killed_worker_job_is_reclaimed_and_published_once(services, tiny_model)
         assert r.xpending(keys["prompts"], "rollout")["pending"] == 0
     finally:
         server.stop()
-        for key in r.scan_iter(f"brorl:{run_id}:*"):
-            r.delete(key)
+        r.delete(*keys.values())

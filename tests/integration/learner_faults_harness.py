@@ -107,7 +107,7 @@ class FakeRollout(threading.Thread):
 
     def run(self) -> None:
         client = redis.Redis.from_url(self.url, socket_timeout=5, socket_connect_timeout=1)
-        channels = q.RunChannels(client, self.run_id)
+        channels = q.RunChannels(client, self.run_id, namespace=self.run_id)
         queue = None
         while not self.stop.is_set():
             try:
@@ -198,8 +198,8 @@ def run_learner(
         run_id,
         run_config(data, steps, **asynchrony),
         RunState(run_id, run_dir, steps),
-        q.RunChannels(client, run_id),
-        q.RunRegistry(client, run_id),
+        q.RunChannels(client, run_id, namespace=run_id),
+        q.RunRegistry(client, run_id),  # a namespace of its own: the run's id
         WeightStore(run_dir / "weights"),
         lambda: policy,
         resume=resume,

@@ -90,7 +90,7 @@ def test_a_new_run_under_an_earlier_runs_id_takes_none_of_its_jobs_or_groups(
     nor leave its jobs to the workers: a worker holds a job for the weight version it asks for,
     which the new run makes only once its workers bring groups (a 2-step run hung 5 min so)."""
     run_id, run_dir = "again", tmp_path / "run"
-    channels = q.RunChannels(redis.Redis.from_url(private_redis.url), run_id)
+    channels = q.RunChannels(redis.Redis.from_url(private_redis.url), run_id, namespace=run_id)
     jobs = channels.prompt_queue(consumer="gone")
     earlier = [
         common_pb2.PromptJob(
@@ -204,7 +204,7 @@ def test_nothing_in_redis_grows_with_the_run(tmp_path, private_redis, monkeypatc
         run_learner(private_redis.url, run_id, run_dir, steps)
     finally:
         rollout.stop.set()
-    keys = q.keys(run_id)
+    keys = q.keys(run_id, namespace=run_id)
     # consumed entries are deleted, not left to MAXLEN: what stays is the groups in flight when
     # the run ended (max_inflight_groups = 4), answered or not
     assert client.xlen(keys["paths"]) + client.xlen(keys["prompts"]) <= 4

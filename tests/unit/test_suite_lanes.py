@@ -14,7 +14,8 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 FAKE = """#!/usr/bin/env bash
-{ printf '%q ' "$@"; echo; } >> "$RECORD"
+line=$(printf '%q ' "$@")
+echo "$line" >> "$RECORD"  # one write: the lanes append at once, and two writes could interleave
 case "$*" in *"$FAIL_ON"*) [ -n "$FAIL_ON" ] && exit "$FAIL_CODE" ;; esac
 exit 0
 """

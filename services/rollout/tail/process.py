@@ -157,7 +157,9 @@ def _build(spec: TailSpec):
 
     finisher = CallFinisher(RewardCalls(stub, config.reward_deadline_s), spec.name, decode)
     consumers = RunConsumers(
-        lambda run_id: q.RunChannels(redis_client, run_id), spec.name, config.claim_idle_ms
+        lambda run_id: q.RunChannels(redis_client, run_id, namespace=config.namespace),
+        spec.name,
+        config.claim_idle_ms,
     )
 
     def claims_of(run_id: str, delivery) -> Claimed:

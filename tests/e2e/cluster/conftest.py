@@ -38,6 +38,12 @@ def shared_cluster(tmp_path_factory, tiny_model):
     try:
         for p in procs.values():
             p.wait_serving()
-        yield {"procs": procs, "model": tiny_model, "tmp": tmp, "runs": tmp / "runs"}
+        yield {
+            "procs": procs,
+            "model": tiny_model,
+            "tmp": tmp,
+            "runs": tmp / "runs",
+            "namespace": namespace,
+        }
     finally:
         stop_all(procs.values())

@@ -8,7 +8,10 @@ import uuid
 
 import pytest
 
+from brorl import queue as q
 from brorl.client import LearnerClient
+from brorl.cluster import REDIS_URL
+from brorl.contract import KeyName
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.redis]
 
@@ -30,6 +33,7 @@ def cluster(shared_cluster):
         "data": data,
         "runs": shared_cluster["runs"],
         "client": client,
+        "namespace": shared_cluster["namespace"],
     }
 
 
@@ -57,6 +61,10 @@ def test_two_workers_publish_checkpoint_resume(cluster):
     metrics, final = follow(client, info.run_id)
     assert final.state == "finished", final.message
     assert final.step == 6 and final.weight_version == 6
+    # the run's keys are its cluster's: another namespace may run under the same id
+    r = q.connect(REDIS_URL)
+    assert q.RunChannels(r, run_id, namespace=cluster["namespace"]).read_weights().version == 6
+    assert not r.exists(*q.keys(run_id, namespace=KeyName.DEFAULT_NAMESPACE).values())
 
     last = [m for m in metrics if "learner/loss" in m.values][-1].values
     by_worker = {k: v for k, v in last.items() if k.startswith("rollout/paths_by/")}

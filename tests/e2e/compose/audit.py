@@ -18,6 +18,7 @@ from dataclasses import dataclass
 import redis
 
 from brorl import queue as q
+from tests.e2e.compose.cluster import NAMESPACE
 
 SETTLE_TIMEOUT_S = 30.0
 
@@ -31,7 +32,7 @@ class Publish:
 
 class PathAudit:
     def __init__(self, redis_url: str, run_id: str):
-        keys = q.keys(run_id)
+        keys = q.keys(run_id, namespace=NAMESPACE)
         # the publish call's numkeys and keys, in the script's order
         self._call = ["3", keys["done"], keys["paths"], keys["prompts"]]
         self._xadd = f"XADD {keys['paths']} "

@@ -16,11 +16,13 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from brorl.contract import KeyName
 from tests.e2e.compose.engine import EngineError, compose_env, sh
 from tests.e2e.compose.images import CPU_IMAGE, REDIS_IMAGE, REPO
 from tests.ports import free_ports
 
 CI_FILE = Path(__file__).with_name("ci.yml")
+NAMESPACE = KeyName.DEFAULT_NAMESPACE  # docker-compose.yml's services set none: their runs' keys
 PORT_VARS = (
     "BRORL_REDIS_HOST_PORT",
     "BRORL_REWARD_PORT",

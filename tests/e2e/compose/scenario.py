@@ -19,7 +19,7 @@ from brorl import queue as q
 from brorl.client import LearnerClient
 from brorl.contract import ConsumerGroup
 from brorl.v1 import common_pb2
-from tests.e2e.compose.cluster import Compose, service_of
+from tests.e2e.compose.cluster import NAMESPACE, Compose, service_of
 from tests.e2e.compose.engine import sh
 
 RUN_CONFIG = """\
@@ -143,7 +143,7 @@ def kill_worker_holding_a_job(compose: Compose, redis_url: str, run_id: str, tim
     processes before they thaw). One whose jobs were
     published meanwhile is thawed and the next held job is tried, as is one the freezer could
     not freeze."""
-    r, keys = q.connect(redis_url), q.keys(run_id)
+    r, keys = q.connect(redis_url), q.keys(run_id, namespace=NAMESPACE)
     running = [c for c in compose.containers("rollout") if c["State"]["Running"]]
     hosts = {c["Config"]["Hostname"]: c for c in running}
     deadline, unfrozen = time.monotonic() + timeout, 0
@@ -222,7 +222,7 @@ def wait_resent_once(compose: Compose, run: Run, kill: Kill, timeout: float = 18
     """Every job the dead worker held is published exactly once (its id enters the done set of
     the publish-once script, which publishes a job id's group only on its first entry) and is no
     longer pending anywhere. A timeout raises with what the cluster was doing."""
-    r, keys = q.connect(compose.redis_url), q.keys(run.run_id)
+    r, keys = q.connect(compose.redis_url), q.keys(run.run_id, namespace=NAMESPACE)
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         done = [j for j in kill.jobs.values() if r.zscore(keys["done"], j) is not None]
@@ -242,6 +242,7 @@ def cluster_state(compose: Compose, run: Run, r: redis.Redis, keys: dict[str, st
     info = run.client.get(run.run_id)
     pending = r.xpending_range(keys["prompts"], ConsumerGroup.ROLLOUT, "-", "+", 50)
     consumers = r.xinfo_consumers(keys["prompts"], ConsumerGroup.ROLLOUT)
+    dead = q.RunChannels(r, run.run_id, namespace=NAMESPACE).read_dead()[1]
     lines = [
         f"run {info.state} at step {run.step}: {info.message}",
         "pending: "
@@ -255,8 +256,7 @@ def cluster_state(compose: Compose, run: Run, r: redis.Redis, keys: dict[str, st
             f"{c['name'].decode()} pending {c['pending']} idle {c['idle'] / 1000:.0f}s"
             for c in consumers
         ),
-        "dead letters: "
-        + "; ".join(f"{d.source}: {d.reason}" for d in q.RunChannels(r, run.run_id).read_dead()[1]),
+        "dead letters: " + "; ".join(f"{d.source}: {d.reason}" for d in dead),
     ]
     containers = compose.containers()
     for c in containers:

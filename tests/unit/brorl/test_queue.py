@@ -4,11 +4,14 @@ import threading
 import time
 import uuid
 
+import pydantic
 import pytest
 import redis
 
-from brorl.queue import RunChannels, StreamQueue, connect
+from brorl.queue import RunChannels, StreamQueue, connect, keys
 from brorl.v1 import common_pb2
+from services.learner.config import LearnerServiceConfig
+from services.rollout.config import RolloutServiceConfig
 from tests.waiting import wait_until
 
 pytestmark = pytest.mark.redis
@@ -174,7 +177,8 @@ def test_a_read_without_blocking_returns_at_once(r):
 
 def test_a_published_weight_pointer_is_announced_to_the_runs_listeners_only(r):
     client, prefix = r
-    run, other = RunChannels(client, f"{prefix}-run"), RunChannels(client, f"{prefix}-other")
+    space = prefix.replace(":", "-")
+    run, other = (RunChannels(client, name, namespace=space) for name in ("run", "other"))
     listening, elsewhere = run.weight_announcements(), other.weight_announcements()
     try:
         assert listening.next(0.05) is None  # nothing announced yet
@@ -187,3 +191,54 @@ def test_a_published_weight_pointer_is_announced_to_the_runs_listeners_only(r):
         elsewhere.close()
         for key in run.keys.values():
             client.delete(key)
+
+
+def test_clusters_sharing_a_redis_keep_apart_under_the_same_run_id(r):
+    """Two namespaces each run "exp": a fresh start of one (its leftovers dropped) leaves the
+    other's jobs, groups and weight pointer as they were."""
+    client, prefix = r
+    mine, theirs = (RunChannels(client, "exp", namespace=f"{prefix[5:]}-{c}") for c in "ab")
+    try:
+        assert not set(mine.keys.values()) & set(theirs.keys.values())
+        for channels in (mine, theirs):
+            channels.prompt_queue().put(b"job")
+            channels.path_queue().put(b"group")
+            channels.publish_weights(common_pb2.WeightVersion(version=2, uri=channels.namespace))
+        mine.clear_prompts()
+        mine.clear_paths()
+        lengths = {
+            ch.namespace: [s["length"] for s in ch.stream_stats().values()] for ch in (mine, theirs)
+        }
+        assert lengths == {mine.namespace: [0, 0], theirs.namespace: [1, 1]}
+        assert theirs.read_weights().uri == theirs.namespace
+    finally:
+        client.delete(*mine.keys.values(), *theirs.keys.values())
+
+
+@pytest.mark.parametrize(
+    "namespace, run_id, refused",
+    [
+        ("a:b", "run", "namespace"),
+        ("ns", "x:prompts", "run id"),
+        ("", "run", "namespace"),
+        ("ns", "r" * 65, "run id"),
+        ("ns", "", "run id"),
+    ],
+)
+def test_a_name_that_could_run_into_another_runs_keys_is_refused(namespace, run_id, refused):
+    with pytest.raises(ValueError, match=f"^{refused} .*letters, digits"):
+        keys(run_id, namespace=namespace)
+
+
+@pytest.mark.parametrize(
+    "build",
+    [
+        lambda: LearnerServiceConfig(namespace="a:b"),
+        lambda: RolloutServiceConfig(model="m", namespace="a:b"),
+        lambda: RolloutServiceConfig(model="m", run_id="x:y"),
+    ],
+    ids=["learner-namespace", "rollout-namespace", "rollout-run-id"],
+)
+def test_the_services_refuse_such_a_name_when_they_read_their_config(build):
+    with pytest.raises(pydantic.ValidationError, match="should match pattern"):
+        build()

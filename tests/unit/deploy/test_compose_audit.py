@@ -16,6 +16,7 @@ from brorl import queue as q
 from brorl.cluster import REDIS_URL
 from brorl.v1 import common_pb2
 from tests.e2e.compose.audit import PathAudit
+from tests.e2e.compose.cluster import NAMESPACE
 
 
 @pytest.fixture
@@ -27,14 +28,14 @@ def run():
         pytest.fail(f"these tests need the Redis at {REDIS_URL}")
     run_id = f"audit-{uuid.uuid4().hex[:8]}"
     yield r, run_id
-    r.delete(*q.keys(run_id).values())
+    r.delete(*q.keys(run_id, namespace=NAMESPACE).values())
 
 
 @pytest.fixture
 def job(run):
     """An audit started on the run, then job-1 sent and claimed by worker w1."""
     r, run_id = run
-    channels = q.RunChannels(r, run_id)
+    channels = q.RunChannels(r, run_id, namespace=NAMESPACE)
     audit = PathAudit(REDIS_URL, run_id)
     queue = channels.prompt_queue(consumer="w1")
     queue.put(b"job-1")

@@ -26,6 +26,7 @@ import yaml
 from brorl import queue
 from brorl.apps.cluster import launcher
 from brorl.config.base import env_overrides, load_config
+from brorl.contract import KeyName
 from services.learner.config import LearnerServiceConfig
 from services.reward.config import RewardServiceConfig
 from services.rollout.config import RolloutServiceConfig
@@ -160,11 +161,17 @@ def test_scaled_object_scales_rollout_on_the_prompt_stream(overlay):
     port = redis_service["spec"]["ports"][0]["port"]
     # The group the workers consume the run's prompt stream as (brorl.queue's one table).
     group = queue.CONSUMERS["prompts"]
+    # the brorl namespace the learner and the workers share (their commands', else the default)
+    [cluster] = {
+        split_command(c["command"])[1].get("namespace", KeyName.DEFAULT_NAMESPACE)
+        for _, c, name in brorl_containers(objects)
+        if name in ("learner", "rollout")
+    }
     triggers = scaler["spec"]["triggers"]
     assert triggers and all(t["type"] == "redis-streams" for t in triggers)
     for t in triggers:
         meta = t["metadata"]
-        assert meta["stream"] == queue.keys(run_id)["prompts"]
+        assert meta["stream"] == queue.keys(run_id, namespace=cluster)["prompts"]
         assert meta["consumerGroup"] == group
         # KEDA's operator runs in its own namespace: the address must name this one.
         assert meta["address"] == f"redis.{namespace}.svc:{port}"

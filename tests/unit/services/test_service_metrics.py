@@ -76,7 +76,7 @@ def test_rollout_worker_counters_and_weight_version():
 def test_learner_sees_length_lag_and_pending_of_its_run_streams():
     client = connect("redis://127.0.0.1:6379/0")
     run_id = f"test-metrics-{uuid.uuid4().hex[:8]}"
-    channels = RunChannels(client, run_id)
+    channels = RunChannels(client, run_id, namespace="test")
     try:
         assert {(s.name, s.labels["stream"]): s.value for s in queue_samples(lambda: channels)} == {
             (f"queue_{w}", stream): 0
@@ -103,5 +103,4 @@ def test_learner_sees_length_lag_and_pending_of_its_run_streams():
         assert got[("queue_lag", "prompts")] == 2
         assert queue_samples(lambda: None) == []
     finally:
-        for key in client.scan_iter(f"brorl:{run_id}:*"):
-            client.delete(key)
+        client.delete(*channels.keys.values())

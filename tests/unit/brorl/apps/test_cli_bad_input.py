@@ -95,6 +95,12 @@ ROWS = [
         "--learner-ranks N",
     ),
     (
+        "cluster-namespace-with-a-colon",
+        "cluster --model {model} {cluster} --namespace a:b",
+        "--namespace 'a:b'",
+        "letters, digits",
+    ),
+    (
         "cluster-negative-threads",
         "cluster --model {model} {cluster} --threads-per-process -1",
         "--threads-per-process -1",

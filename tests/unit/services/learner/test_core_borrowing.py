@@ -105,7 +105,7 @@ def test_borrowing_needs_one_rank_and_real_cores():
 @pytest.mark.redis
 def test_the_prompt_backlog_counts_waiting_and_claimed_jobs():
     client = connect("redis://127.0.0.1:6379/0")
-    channels = RunChannels(client, f"test-backlog-{uuid.uuid4().hex}")
+    channels = RunChannels(client, f"test-backlog-{uuid.uuid4().hex[:16]}", namespace="test")
     try:
         jobs = channels.prompt_queue()
         assert channels.prompt_backlog() == 0  # no stream yet

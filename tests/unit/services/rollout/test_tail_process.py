@@ -34,7 +34,7 @@ pytestmark = pytest.mark.redis
 @pytest.fixture
 def channels():
     client = q.connect(REDIS_URL)
-    run = q.RunChannels(client, f"tail-{uuid.uuid4().hex[:8]}")
+    run = q.RunChannels(client, f"tail-{uuid.uuid4().hex[:8]}", namespace="tail-test")
     yield run
     for key in run.keys.values():
         client.delete(key)
@@ -66,7 +66,11 @@ def worker_with_tail_process(channels, reward_address: str, **config):
     stats = WorkerStats()
     spec = TailSpec(
         RolloutServiceConfig(
-            model="unused", redis_url=REDIS_URL, reward_address=reward_address, **config
+            model="unused",
+            redis_url=REDIS_URL,
+            reward_address=reward_address,
+            namespace=channels.namespace,  # the child opens the run's channels itself
+            **config,
         ),
         q.consumer_name(),
         log_level=logging.WARNING,
