@@ -63,6 +63,79 @@ class RunRegistry:
             self.r.delete(self.key)
 
 
+def lease_key(namespace: str) -> str:
+    """Held by the learner that trains a run in the namespace (NamespaceLease)."""
+    return f"brorl:learner:{namespace}"
+
+
+# KEYS: lease; ARGV: holder, lease ms. Takes or renews the lease for the holder unless another
+# holds it; returns '' or the other holder.
+_HOLD = """
+local holder = redis.call('GET', KEYS[1])
+if holder and holder ~= ARGV[1] then return holder end
+redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+return ''
+"""
+# KEYS: lease; ARGV: holder. Drops the lease if it is still the holder's.
+_LET_GO = """
+if redis.call('GET', KEYS[1]) == ARGV[1] then redis.call('DEL', KEYS[1]) end
+return 0
+"""
+
+
+class NamespaceLease:
+    """One learner at a time trains in a namespace. Its workers follow the run the namespace's
+    learner announces (RunRegistry), so a second learner's run would take them from the first
+    one's, which would then wait for groups until ``async.group_timeout_s`` and fail without
+    saying why. A learner holds this lease from StartRun to its run's end and renews it every
+    third of ``lease_s``; one that dies lets it lapse within ``lease_s``."""
+
+    def __init__(self, client: redis.Redis, namespace: str, holder: str, lease_s: float = 15.0):
+        self.r, self.key, self.holder, self.lease_s = client, lease_key(namespace), holder, lease_s
+        self._stop = threading.Event()
+        self._renewing: threading.Thread | None = None
+
+    def take(self) -> str:
+        """Take the lease and keep renewing it until ``release``; '' when taken, else the
+        holder that keeps it. Waits up to one lease for another holder's to lapse (a learner
+        that died; a live one renews it)."""
+        deadline = time.monotonic() + self.lease_s + 1.0
+        while (other := self._try()) and time.monotonic() < deadline:
+            time.sleep(min(0.5, self.lease_s / 10))
+        if other:
+            return other
+        if self._renewing is None:
+            self._stop.clear()
+            self._renewing = threading.Thread(target=self._renew, name="lease", daemon=True)
+            self._renewing.start()
+        return ""
+
+    def release(self) -> None:
+        """Stop renewing and drop the lease if it is still this holder's."""
+        if self._renewing is not None:
+            self._stop.set()
+            self._renewing.join()
+            self._renewing = None
+        try:
+            self.r.register_script(_LET_GO)(keys=[self.key], args=[self.holder])
+        except redis.RedisError as exc:  # it lapses on its own
+            log.warning("namespace lease not released (%s): it lapses in %.0f s", exc, self.lease_s)
+
+    def _try(self) -> str:
+        hold = self.r.register_script(_HOLD)  # a script object: no round trip
+        return _s(hold(keys=[self.key], args=[self.holder, int(self.lease_s * 1000)]))
+
+    def _renew(self) -> None:
+        while not self._stop.wait(self.lease_s / 3):
+            try:
+                other = self._try()
+            except redis.RedisError as exc:  # renewed again once Redis answers
+                log.warning("namespace lease not renewed: %s", exc)
+                continue
+            if other:  # lapsed during an outage, and another learner took the namespace
+                log.error("%s: held by %s now, whose run the workers follow", self.key, other)
+
+
 class RunChannels:
     """The streams and pointers of one run, so that no key string leaves this module."""
 

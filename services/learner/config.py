@@ -36,6 +36,16 @@ class LearnerServiceConfig(StrictModel):
             "apart)."
         ),
     )
+    namespace_lease_s: float = Field(
+        15.0,
+        gt=0,
+        le=600,
+        description=(
+            "The learner holds its namespace from StartRun to the run's end, renewed every third "
+            "of this (brorl.queue.NamespaceLease): another learner's StartRun in the namespace is "
+            "refused meanwhile; a learner that dies frees it after this long."
+        ),
+    )
     zero_stage: int = Field(0, ge=0, le=3, description="DeepSpeed ZeRO stage of the learner.")
     ranks: int = Field(
         1,

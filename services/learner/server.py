@@ -10,6 +10,7 @@ import functools
 import logging
 import os
 import re
+import socket
 import threading
 import time
 import uuid
@@ -59,6 +60,10 @@ class LearnerServicer(learner_pb2_grpc.LearnerServiceServicer):
         self.threads: dict[str, threading.Thread] = {}
         self.lock = threading.Lock()
         self.registry = q.RunRegistry(redis_client, config.namespace)
+        holder = f"{socket.gethostname()} pid {os.getpid()} #{uuid.uuid4().hex[:6]}"
+        self.lease = q.NamespaceLease(
+            redis_client, config.namespace, holder, config.namespace_lease_s
+        )
         # runs_dir is always readable: a run may start from an earlier run's final weights.
         self.read_roots = ReadRoots([*config.read_roots, config.runs_dir])
         log.info("run configs may read under %s", ", ".join(map(str, self.read_roots.roots)))
@@ -95,38 +100,60 @@ class LearnerServicer(learner_pb2_grpc.LearnerServiceServicer):
         if not _RUN_ID.match(run_id):
             raise InvalidArgument("run_id", KeyName.RULE)
         with self.lock:
-            run_dir = self._run_dir(run_id, request.resume)
-            (run_dir / "config.yaml").write_text(dump(cfg))
-            sinks = build_sinks(
-                cfg.logging,
-                run_id,
-                run_dir,
-                cfg.model_dump(mode="json", by_alias=True),
-                extra=[self.step_gauges],
-            )
-            state = RunState(run_id, run_dir, cfg.train.steps, sinks)
-            store = WeightStore(self.config.weights_dir or run_dir / "weights")
-            self.channels = q.RunChannels(self.r, run_id, namespace=self.config.namespace)
-            trainer = Trainer(
-                run_id,
-                cfg,
-                state,
-                self.channels,
-                self.registry,
-                store,
-                functools.partial(self._build_policy, cfg),
-                keep_versions=self.config.keep_weight_versions,
-                resume=request.resume,
-                prompts=prompts,
-                borrow_cores=self.config.borrow_cores,
-            )
+            busy = [r for r in self.runs.values() if not r.ended]
+            if busy:
+                raise FailedPrecondition(f"run {busy[0].run_id} is still running; StopRun it first")
+            self._take_namespace()
+            try:
+                trainer, state = self._new_run(run_id, cfg, prompts, request.resume)
+            except BaseException:
+                self.lease.release()
+                raise
             thread = threading.Thread(
                 target=self._train, args=(trainer, state), name=f"train-{run_id}", daemon=True
             )
             self.runs[run_id], self.threads[run_id] = state, thread
             thread.start()
-        log.info("started run %s in %s", run_id, run_dir)
+        log.info("started run %s in %s", run_id, state.run_dir)
         return self._info(state)
+
+    def _take_namespace(self) -> None:
+        """This learner's lease on its namespace for the run (brorl.queue.NamespaceLease)."""
+        other = self.lease.take()
+        if other:
+            raise FailedPrecondition(
+                f"namespace {self.config.namespace!r} is in use by another learner ({other}), "
+                "and the rollout workers follow its run: give this learner (and its workers) a "
+                "namespace of its own (config `namespace`), or stop the other run first"
+            )
+
+    def _new_run(self, run_id: str, cfg, prompts, resume: bool) -> tuple[Trainer, RunState]:
+        run_dir = self._run_dir(run_id, resume)
+        (run_dir / "config.yaml").write_text(dump(cfg))
+        sinks = build_sinks(
+            cfg.logging,
+            run_id,
+            run_dir,
+            cfg.model_dump(mode="json", by_alias=True),
+            extra=[self.step_gauges],
+        )
+        state = RunState(run_id, run_dir, cfg.train.steps, sinks)
+        store = WeightStore(self.config.weights_dir or run_dir / "weights")
+        self.channels = q.RunChannels(self.r, run_id, namespace=self.config.namespace)
+        trainer = Trainer(
+            run_id,
+            cfg,
+            state,
+            self.channels,
+            self.registry,
+            store,
+            functools.partial(self._build_policy, cfg),
+            keep_versions=self.config.keep_weight_versions,
+            resume=resume,
+            prompts=prompts,
+            borrow_cores=self.config.borrow_cores,
+        )
+        return trainer, state
 
     def _checked_run(self, request):
         """The request's run config and prompts, every check a caller can act on made before
@@ -159,11 +186,8 @@ class LearnerServicer(learner_pb2_grpc.LearnerServiceServicer):
         return cfg, prompts
 
     def _run_dir(self, run_id: str, resume: bool) -> Path:
-        """The run's directory, made; refused while another run is live, for a run id that
-        exists (unless resuming) and for a resume without a checkpoint. Under ``self.lock``."""
-        busy = [r for r in self.runs.values() if not r.ended]
-        if busy:
-            raise FailedPrecondition(f"run {busy[0].run_id} is still running; StopRun it first")
+        """The run's directory, made; refused for a run id that exists (unless resuming) and
+        for a resume without a checkpoint. Under ``self.lock``."""
         run_dir = Path(self.config.runs_dir) / run_id
         if run_dir.exists() and not resume and (run_dir / "metrics.jsonl").exists():
             raise FailedPrecondition(
@@ -178,10 +202,14 @@ class LearnerServicer(learner_pb2_grpc.LearnerServiceServicer):
         try:
             trainer.run()
             stopped = state.stop_requested.is_set()
-            state.finish("stopped" if stopped else "finished", trainer.guard.stop_message)
+            outcome = ("stopped" if stopped else "finished", trainer.guard.stop_message)
         except Exception as exc:  # noqa: BLE001 - the run fails, the service keeps serving
             log.exception("run %s failed", state.run_id)
-            state.finish("failed", f"{type(exc).__name__}: {exc}")
+            outcome = ("failed", f"{type(exc).__name__}: {exc}")
+        try:  # before the run reads as ended, when the next StartRun may take the namespace
+            self.lease.release()
+        finally:
+            state.finish(*outcome)
 
     @rpc.translate_errors
     def GetRun(self, request, context):

@@ -8,7 +8,7 @@ import pydantic
 import pytest
 import redis
 
-from brorl.queue import RunChannels, StreamQueue, connect, keys
+from brorl.queue import NamespaceLease, RunChannels, StreamQueue, connect, keys, lease_key
 from brorl.v1 import common_pb2
 from services.learner.config import LearnerServiceConfig
 from services.rollout.config import RolloutServiceConfig
@@ -242,3 +242,23 @@ def test_a_name_that_could_run_into_another_runs_keys_is_refused(namespace, run_
 def test_the_services_refuse_such_a_name_when_they_read_their_config(build):
     with pytest.raises(pydantic.ValidationError, match="should match pattern"):
         build()
+
+
+def test_one_learner_at_a_time_holds_a_namespace_and_a_dead_ones_hold_lapses(r):
+    client, prefix = r
+    space = prefix.replace(":", "-")
+    first, second = (NamespaceLease(client, space, name, lease_s=0.6) for name in "AB")
+    try:
+        assert first.take() == ""
+        started = time.monotonic()
+        assert second.take() == "A"  # A renews its lease while B waits one lease for it to lapse
+        assert time.monotonic() - started >= 0.6
+        assert first.take() == ""  # its own holder takes it again at once
+        first.release()
+        assert second.take() == ""  # released: at once
+        second._stop.set()  # B dies: its lease is no longer renewed, nor released
+        second._renewing.join()
+        assert first.take() == ""  # B's lease lapsed while A waited for it (one lease + 1 s)
+    finally:
+        first.release()
+        client.delete(lease_key(space))
