@@ -8,6 +8,8 @@ one appears in source.
 
 from __future__ import annotations
 
+import re
+
 
 class RewardStatus:
     """``Path.reward_status`` / ``ScoreResult.status``: how a reward (or the held-out verifier)
@@ -54,6 +56,10 @@ class KeyName:
     PATTERN = r"^[A-Za-z0-9_.-]{1,64}$"
     RULE = "use 1-64 letters, digits, '.', '_' or '-'"
     DEFAULT_NAMESPACE = "default"
+
+    @classmethod
+    def fits(cls, name: str) -> bool:
+        return re.match(cls.PATTERN, name) is not None
 
 
 class LearnerWaits:

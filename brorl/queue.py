@@ -4,8 +4,8 @@ outages. The queues themselves are brorl.streams."""
 
 from __future__ import annotations
 
+import functools
 import logging
-import re
 import threading
 import time
 from dataclasses import dataclass
@@ -29,7 +29,7 @@ def keys(run_id: str, *, namespace: str) -> dict[str, str]:
     """The Redis keys of one run of one cluster namespace (docs/design.md "Redis keys"): two
     clusters sharing a Redis may reuse a run id without touching each other's streams."""
     for what, name in (("namespace", namespace), ("run id", run_id)):
-        if not re.match(KeyName.PATTERN, name):
+        if not KeyName.fits(name):
             raise ValueError(f"{what} {name!r}: {KeyName.RULE}")
     base = f"brorl:{namespace}:{run_id}"
     return {
@@ -117,13 +117,20 @@ class NamespaceLease:
             self._renewing.join()
             self._renewing = None
         try:
-            self.r.register_script(_LET_GO)(keys=[self.key], args=[self.holder])
+            self._let_go(keys=[self.key], args=[self.holder])
         except redis.RedisError as exc:  # it lapses on its own
             log.warning("namespace lease not released (%s): it lapses in %.0f s", exc, self.lease_s)
 
+    @functools.cached_property
+    def _hold(self):  # made on first use: a learner built without Redis (tests) never takes it
+        return self.r.register_script(_HOLD)
+
+    @functools.cached_property
+    def _let_go(self):
+        return self.r.register_script(_LET_GO)
+
     def _try(self) -> str:
-        hold = self.r.register_script(_HOLD)  # a script object: no round trip
-        return _s(hold(keys=[self.key], args=[self.holder, int(self.lease_s * 1000)]))
+        return _s(self._hold(keys=[self.key], args=[self.holder, int(self.lease_s * 1000)]))
 
     def _renew(self) -> None:
         while not self._stop.wait(self.lease_s / 3):

@@ -280,7 +280,7 @@ def check_cluster(args, rest) -> None:
     for flag, value, low, high in ranges:
         if not low <= value <= high:
             raise BadInput(f"--{flag} {value}", f"must be {low} to {high}", f"pass --{flag} N")
-    if not re.match(KeyName.PATTERN, args.namespace):
+    if not KeyName.fits(args.namespace):
         raise BadInput(f"--namespace {args.namespace!r}", KeyName.RULE, "pass --namespace NAME")
     security(args)
     _local_cluster(args, args.workers)

@@ -9,7 +9,6 @@ from __future__ import annotations
 import functools
 import logging
 import os
-import re
 import socket
 import threading
 import time
@@ -38,7 +37,6 @@ from services.learner.train import Trainer
 
 log = logging.getLogger(__name__)
 SERVICE_NAME = learner_pb2.DESCRIPTOR.services_by_name["LearnerService"].full_name
-_RUN_ID = re.compile(KeyName.PATTERN)
 
 
 class LearnerServicer(learner_pb2_grpc.LearnerServiceServicer):
@@ -97,7 +95,7 @@ class LearnerServicer(learner_pb2_grpc.LearnerServiceServicer):
     def StartRun(self, request, context):
         cfg, prompts = self._checked_run(request)
         run_id = request.run_id or time.strftime("run-%Y%m%d-%H%M%S-") + uuid.uuid4().hex[:6]
-        if not _RUN_ID.match(run_id):
+        if not KeyName.fits(run_id):
             raise InvalidArgument("run_id", KeyName.RULE)
         with self.lock:
             busy = [r for r in self.runs.values() if not r.ended]

@@ -108,8 +108,12 @@ class Cluster:
         s = self.spec
         if s.threads_per_process is not None:
             return s.threads_per_process
-        ranks = int(s.learner_overrides.get("ranks") or 1)
-        return placement.threads_each(len(os.sched_getaffinity(0)), s.rollout_workers, ranks)
+        cores = len(os.sched_getaffinity(0))
+        return placement.threads_each(cores, s.rollout_workers, self.learner_ranks)
+
+    @property
+    def learner_ranks(self) -> int:
+        return int(self.spec.learner_overrides.get("ranks") or 1)
 
     @property
     def learner_address(self) -> str:
@@ -212,8 +216,7 @@ class Cluster:
             s.rollout_workers,
             usable,
             worker_threads=threads,
-            learner_threads=int(learner.get("ranks") or 1)
-            * int(learner.get("torch_threads") or threads),
+            learner_threads=self.learner_ranks * int(learner.get("torch_threads") or threads),
         )
         self.ensure_redis()
         scrape_targets.empty_dir(self.ports)  # an earlier cluster's port files go
