@@ -11,6 +11,7 @@ import sys
 import pytest
 
 from brorl.apps.cluster.launcher import REPO_ROOT
+from tests.ports import free_port_block
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.redis]
 
@@ -18,15 +19,18 @@ pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.redis]
 # with a format component (0.1 for a well-formed wrong expression, recipe.reward), so that groups
 # are mixed (this test is about the command, not the claim).
 WARMSTART = "[--steps,80,--eval-problems,50,--passk-problems,2,--passk-samples,8]"
-REWARD = ["reward.functions.countdown_fmt.type=countdown",
-          "reward.functions.countdown_fmt.format_weight=0.1", "run.reward_fn=countdown_fmt"]
+REWARD = [
+    "reward.functions.countdown_fmt.type=countdown",
+    "reward.functions.countdown_fmt.format_weight=0.1",
+    "run.reward_fn=countdown_fmt",
+]
 
 
 def test_short_countdown_study_forks_the_plateau_and_writes_its_report(tmp_path):
     out = tmp_path / "docs"
     cmd = [
         sys.executable, "-m", "brorl.apps.cli", "study", "countdown", "--workdir",
-        str(tmp_path / "work"), "--base-port", "50760",
+        str(tmp_path / "work"), "--base-port", str(free_port_block(16)),
         "seeds=[0]", "small_n=8", "wide_n=32", "warm_ns=[8]", "adaptive_n=8",
         "adaptive_n_min=2", "adaptive_n_max=24", "train_problems=300", f"warmstart={WARMSTART}",
         "eval_problems=50", "eval_every=1", "plateau_window=1", "plateau_min_gain=1.0",

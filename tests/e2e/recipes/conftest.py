@@ -7,6 +7,7 @@ import sys
 import pytest
 
 from brorl.apps.cluster.launcher import REPO_ROOT, child_env
+from tests.ports import free_port_block
 
 # The shortened warm-start every recipe test trains on (its `warmstart=` override): trained once
 # per session (recipe_warmstart) and copied into each test's workdir, where the recipe finds it
@@ -16,6 +17,7 @@ from brorl.apps.cluster.launcher import REPO_ROOT, child_env
 # on idle cores).
 WARMSTART = ["--steps", "150", "--eval-problems", "50"]
 WARMSTART_OVERRIDE = "[" + ",".join(WARMSTART) + "]"
+PORT_SPAN = 16  # reward, learner, env, and up to six rollout workers at +10 (brorl.cluster)
 
 
 @pytest.fixture(scope="session")
@@ -31,12 +33,13 @@ def recipe_warmstart(tmp_path_factory):
 
 @pytest.fixture
 def recipe_command(tmp_path, recipe_warmstart):
-    """Factory: recipe_command(["sweep"], port, *overrides) runs ``brorl sweep --workdir
-    <tmp>/work --base-port port overrides...`` to its end, keeps its output in
+    """Factory: recipe_command(["sweep"], *overrides) runs ``brorl sweep --workdir
+    <tmp>/work --base-port <free> overrides...`` to its end, keeps its output in
     ``<tmp>/stdout.txt`` and returns it; a non-zero exit fails the test with the output's tail.
     The workdir starts with the session's WARMSTART model in place."""
 
-    def run(command: list[str], base_port: int, *args: str, timeout: float = 900) -> str:
+    def run(command: list[str], *args: str, timeout: float = 900) -> str:
+        base_port = free_port_block(PORT_SPAN)
         shutil.copytree(recipe_warmstart, tmp_path / "work" / "warmstart")
         cmd = [sys.executable, "-m", "brorl.apps.cli", *command, "--workdir",
                str(tmp_path / "work"), "--base-port", str(base_port), *args]  # fmt: skip

@@ -21,7 +21,7 @@ EVAL_POINTS = 2
 def test_short_broaden_study_writes_results_tables_and_plots(tmp_path, recipe_command):
     out = tmp_path / "docs"
     recipe_command(
-        ["study", "broaden"], 50660,
+        ["study", "broaden"],
         "seeds=[0]", "small_n=8", "wide_n=16", "workers=1", "train_problems=500",
         f"warmstart={WARMSTART_OVERRIDE}", "eval_problems=50",
         # min gain 1.0 over a window of 1: the second evaluation (step 1) is a plateau

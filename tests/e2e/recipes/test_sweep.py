@@ -13,7 +13,7 @@ pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.redis]
 def test_short_sweep_writes_table_and_plots(tmp_path, recipe_command):
     out = tmp_path / "docs"
     recipe_command(
-        ["sweep"], 50560,
+        ["sweep"],
         "ns=[16,64]", "seeds=[0]", "equal_steps=2", "sample_budget=256", "eval_problems=50",
         "eval_points=1", "train_problems=500", "workers=1",
         f"warmstart={WARMSTART_OVERRIDE}", f"out={out}",

@@ -31,7 +31,6 @@ from __future__ import annotations
 import ast
 import json
 import os
-import socket
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -39,7 +38,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.ports import free_ports
+from tests.ports import free_port_block
 
 ROOT = Path(__file__).resolve().parents[3]
 BENCH = ROOT / "bench"
@@ -143,20 +142,6 @@ def one_json_object(proc: subprocess.CompletedProcess, keys: tuple[str, ...]) ->
     return obj
 
 
-def free_base_port() -> int:
-    """A port p with p, p + 1 and p + 10 free (bench/e2e.py's reward, learner, first worker)."""
-    for _ in range(50):
-        base = free_ports(1)[0]
-        try:
-            for port in (base + 1, base + 10):
-                with socket.socket() as s:
-                    s.bind(("127.0.0.1", port))
-            return base
-        except OSError:
-            continue
-    raise RuntimeError("no free port block for bench/e2e.py")
-
-
 @pytest.fixture(scope="module")
 def tiny_model(tmp_path_factory) -> str:
     """The demo's tiny Qwen2 (random weights): enough for bench/logp_gap.py's every path."""
@@ -177,7 +162,7 @@ def test_every_benchmark_has_a_smoke_run_and_its_keys():
 )
 def test_benchmark_prints_one_json_object_with_its_keys(name, request, tmp_path):
     smoke = SMOKE[name]
-    fill = {"tmp": str(tmp_path), "base_port": free_base_port() if name == "e2e" else 0}
+    fill = {"tmp": str(tmp_path), "base_port": free_port_block(11) if name == "e2e" else 0}
     if "{model}" in smoke.args:
         fill["model"] = request.getfixturevalue("tiny_model")
     args = [a.format(**fill) for a in smoke.args]
