@@ -13,8 +13,11 @@ from __future__ import annotations
 import random
 import socket
 from pathlib import Path
+from typing import Callable
 
 LOWEST = 10_000  # below it sit well-known services' ports
+# a --base-port's block (brorl.cluster.ClusterLayout): reward, learner, env, six workers at +10
+BASE_PORT_SPAN = 16
 
 
 def _below_ephemeral() -> int:
@@ -39,24 +42,28 @@ def _bindable(ports: list[int]) -> bool:
             s.close()
 
 
-def free_port_block(span: int) -> int:
+def _first_bindable(draw: Callable[[], list[int]], what: str) -> list[int]:
+    for _ in range(200):
+        if _bindable(ports := draw()):
+            return ports
+    raise RuntimeError(f"no {what} free below the ephemeral range")
+
+
+def free_port_block(span: int = BASE_PORT_SPAN) -> int:
     """A port ``p`` with ``p .. p + span - 1`` all free right now, below the ephemeral range
     (for a command's ``--base-port``: reward p, learner p + 1, rollout worker i p + 10 + i)."""
     top = _below_ephemeral() - span
     if top <= LOWEST:
         raise RuntimeError(f"the ephemeral port range starts below {LOWEST + span}")
-    for _ in range(200):
+
+    def block() -> list[int]:
         base = random.randrange(LOWEST, top)
-        if _bindable(list(range(base, base + span))):
-            return base
-    raise RuntimeError(f"no {span} free ports in a row below {top + span}")
+        return list(range(base, base + span))
+
+    return _first_bindable(block, f"{span} ports in a row")[0]
 
 
 def free_ports(k: int) -> list[int]:
     """``k`` distinct ports free right now, below the ephemeral range."""
     top = _below_ephemeral()
-    for _ in range(200):
-        ports = random.sample(range(LOWEST, top), k)
-        if _bindable(ports):
-            return ports
-    raise RuntimeError(f"no {k} free ports below {top}")
+    return _first_bindable(lambda: random.sample(range(LOWEST, top), k), f"{k} ports")

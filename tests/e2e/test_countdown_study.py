@@ -30,7 +30,7 @@ def test_short_countdown_study_forks_the_plateau_and_writes_its_report(tmp_path)
     out = tmp_path / "docs"
     cmd = [
         sys.executable, "-m", "brorl.apps.cli", "study", "countdown", "--workdir",
-        str(tmp_path / "work"), "--base-port", str(free_port_block(16)),
+        str(tmp_path / "work"), "--base-port", str(free_port_block()),
         "seeds=[0]", "small_n=8", "wide_n=32", "warm_ns=[8]", "adaptive_n=8",
         "adaptive_n_min=2", "adaptive_n_max=24", "train_problems=300", f"warmstart={WARMSTART}",
         "eval_problems=50", "eval_every=1", "plateau_window=1", "plateau_min_gain=1.0",

@@ -17,7 +17,6 @@ from tests.ports import free_port_block
 # on idle cores).
 WARMSTART = ["--steps", "150", "--eval-problems", "50"]
 WARMSTART_OVERRIDE = "[" + ",".join(WARMSTART) + "]"
-PORT_SPAN = 16  # reward, learner, env, and up to six rollout workers at +10 (brorl.cluster)
 
 
 @pytest.fixture(scope="session")
@@ -39,7 +38,7 @@ def recipe_command(tmp_path, recipe_warmstart):
     The workdir starts with the session's WARMSTART model in place."""
 
     def run(command: list[str], *args: str, timeout: float = 900) -> str:
-        base_port = free_port_block(PORT_SPAN)
+        base_port = free_port_block()
         shutil.copytree(recipe_warmstart, tmp_path / "work" / "warmstart")
         cmd = [sys.executable, "-m", "brorl.apps.cli", *command, "--workdir",
                str(tmp_path / "work"), "--base-port", str(base_port), *args]  # fmt: skip
