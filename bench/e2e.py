@@ -37,10 +37,11 @@ Reported:
   a short run pays once and a long one amortizes;
 * ``step_phases_s``: mean seconds per step of each learner phase (wait for data, batch,
   forward, backward, optimizer, publish; ``borrowed``: the part of the update run on the
-  workers' cores as well, services/learner/cores.py) and, per group, the rollout's generate
-  seconds (and within them vLLM's queue, prefill and decode seconds), score seconds, the Redis
-  publish of the group, and its reload and idle seconds before the job (and of those, the
-  wait for the weight version the job asks for: ``rollout_version_wait_per_group``);
+  workers' cores as well, services/learner/cores.py; ``update_running`` and ``update_runnable``:
+  the update's training thread on its core, and waiting for it) and, per group, the rollout's
+  generate seconds (and within them vLLM's queue, prefill and decode seconds), score seconds,
+  the Redis publish of the group, and its reload and idle seconds before the job (and of those,
+  the wait for the weight version the job asks for: ``rollout_version_wait_per_group``);
 * ``learner_flops_over_peak``: 6 × parameters × positions × epochs (train.passes) / (forward +
   backward + optimizer seconds), over a peak GEMM FLOP/s measured here with the learner's
   thread count;
@@ -48,9 +49,15 @@ Reported:
   step, micro-batch, epochs, minibatches, autocast and threads; synthetic completions as long as the
   run's on average and padded to the run's length, ``completion_range``; the same forward +
   backward + optimizer phases; default lr and no KL) timed alone after the cluster stopped
-  (bench/learner_update.py), and ``learner_in_pipeline_ratio`` = in-pipeline ÷ alone; the
-  peak is fp32's, also under ``learner_autocast`` bf16 (the run's train.autocast;
+  (bench/learner_update.py), and ``learner_in_pipeline_ratio`` = in-pipeline ÷ alone; both
+  sides sum the updates after a process's first (the standalone's first is an untimed warm-up,
+  the pipeline's pays the first backward and optimizer step: bench/pipeline/steps.py); the peak
+  is fp32's, also under ``learner_autocast`` bf16 (the run's train.autocast;
   ``learner_forward_dtype``: what it came to on this machine's CPU, bf16 or fp32);
+* ``learner_update_runnable_share``: of the pipeline's update seconds, those its training thread
+  was ready to run but waiting for its core, taken by another process or thread
+  (``learner/update_runnable_s``, services/learner/observe/thread_clock.py): the part of the
+  learner's loss inside the pipeline that is the core's sharing, not a slower update;
 * ``learner_logp_gap``: the mean over steps of learner/logp_gap, how far the learner's
   log-probs of the sampled tokens are from the sampler's (bf16 autocast widens it);
 * ``rollout_reload_share``: a worker's seconds applying published weights ÷ its seconds
@@ -79,6 +86,7 @@ from bench import stdout_to_stderr  # noqa: E402
 from demo import long_shape  # noqa: E402
 from bench.learner_update import run_update  # noqa: E402
 from bench.peak import peak_gemm_flops  # noqa: E402
+from bench.pipeline.steps import learner_compute, step_phases, steady_rate  # noqa: E402
 from bench.baselines.worker_loop import worker_loop_alone  # noqa: E402
 from brorl.cluster import REDIS_URL  # noqa: E402
 from brorl.apps import recipe  # noqa: E402
@@ -90,7 +98,6 @@ from brorl.client import LearnerClient, RewardClient, RolloutClient  # noqa: E40
 from services.rollout import batching  # noqa: E402
 from services.rollout.config import RolloutServiceConfig  # noqa: E402
 
-PHASES = ("wait", "batch", "forward", "backward", "optimizer", "publish", "publish_wait")
 # the printed object's documented keys (tests/unit/bench/test_bench_smoke.py checks them)
 KEYS = ("bench", "cluster_start_s", "rl_s", "paths_per_s", "trained_paths_per_s",
         "rollout_alone_paths_per_s", "pipeline_ratio", "step_phases_s", "learner_flops_over_peak",
@@ -98,7 +105,7 @@ KEYS = ("bench", "cluster_start_s", "rl_s", "paths_per_s", "trained_paths_per_s"
         "learner_alone_paths_per_s", "bottleneck_ratio", "steady_paths_per_s",
         "steady_pipeline_ratio", "steady_bottleneck_ratio", "worker_alone_paths_per_s",
         "worker_pipeline_ratio", "steady_worker_pipeline_ratio", "accuracy_curve",
-        "seconds_to_target")  # fmt: skip
+        "seconds_to_target", "learner_update_runnable_share")  # fmt: skip
 
 
 def forward_dtype(autocast: str) -> str:
@@ -243,45 +250,14 @@ def main() -> None:
         curve = [{"step": s, "rl_s": step_time[s], "accuracy": acc[s]} for s in evaluated]
         reached = next((c for c in curve if c["accuracy"] >= args.target), None)
 
-        def mean(key: str) -> float:
-            return statistics.fmean(m.get(key, 0.0) for m in steps)
-
-        phases = {ph: mean(f"learner/{ph}_s") for ph in PHASES}
-        phases["rollout_generate_per_group"] = statistics.fmean(
-            m["rollout/samples_per_s"]
-            and m["rollout/step_generated"]
-            / m["rollout/samples_per_s"]
-            / max(m["rollout/step_groups"], 1)
-            for m in steps
-        )
-        phases["publish_thread"] = mean("learner/publish_thread_s")  # off the step
-        # of forward + backward + optimizer: on the workers' cores too (services/learner/cores.py)
-        phases["borrowed"] = mean("learner/borrowed_s")
-        phases["reward_score_per_group"] = mean("reward/latency_ms") / 1000
-        # a worker's time between two jobs: reloading published weights, then waiting for work
-        phases["rollout_reload_per_group"] = mean("rollout/reload_s")
-        phases["rollout_idle_per_group"] = mean("rollout/idle_s")
-        # of those two: holding a job for the weight version it asks for (min_weight_version)
-        phases["rollout_version_wait_per_group"] = mean("rollout/version_wait_s")
-        # before a call: waiting for an earlier call's tail (select, score, publish) to finish
-        phases["rollout_tail_wait_per_group"] = mean("rollout/tail_wait_s")
-        phases["worker_alone_generate_per_group"] = loop_generate  # the engine with no learner
-        # inside generate: vLLM's queue wait, prefill (to the first token) and decode; then the
-        # Redis write + ack of the finished group
-        for part in ("queue", "prefill", "decode", "publish"):
-            phases[f"rollout_{part}_per_group"] = mean(f"rollout/{part}_s")
-        compute_s = sum(
-            m.get(f"learner/{ph}_s", 0.0)
-            for m in steps
-            for ph in ("forward", "backward", "optimizer")
-        )
+        phases = step_phases(steps, loop_generate)
+        compute = learner_compute(steps)
         params = _parameters(inputs.model)
         epochs, minibatches = run_cfg.train.passes()  # a pass reads each position once
-        positions = epochs * sum(m.get("learner/positions", 0.0) for m in steps)
-        flops = 6 * params * positions / max(compute_s, 1e-9)
+        flops = 6 * params * epochs * compute.positions / max(compute.seconds, 1e-9)
         peak = peak_gemm_flops(max(cfg.threads_per_process, 1))
-        paths = sum(m.get("learner/paths", 0.0) for m in steps)
-        completion = sum(m.get("learner/tokens", 0.0) for m in steps) / max(paths, 1.0)
+        paths = compute.paths
+        completion = compute.tokens / max(paths, 1.0)
         # completion positions a path had in its padded micro-batch (Batch.positions: C - 1)
         padded = sum(m.get("learner/positions", 0.0) for m in steps) / max(paths, 1.0) + 1
         prompt_tokens = _prompt_tokens(inputs.model, prompts[0]["prompt"]) if long else 6
@@ -304,12 +280,15 @@ def main() -> None:
                 autocast=run_cfg.train.autocast,
             ),
         )
-        # the same phases on both sides: forward + backward + optimizer (0: a revision without them)
-        alone_s = min(alone_update["compute_seconds"]) or min(alone_update["seconds"])
-        alone_flops = 6 * params * epochs * alone_update["positions"] / alone_s
+        # the same phases on both sides: forward + backward + optimizer (0: a revision without
+        # them), summed over the timed updates as the pipeline's are (bench/pipeline/steps.py)
+        alone_s = sum(alone_update["compute_seconds"]) or sum(alone_update["seconds"])
+        alone_flops = (
+            6 * params * epochs * alone_update["positions"] * len(alone_update["seconds"]) / alone_s
+        )
         # the rate at which a learner that never waited would take what the rollout generates
         # (a step trains on fewer paths than were generated for it when groups are dropped)
-        learner_alone = generated / len(steps) / min(alone_update["seconds"])
+        learner_alone = generated / len(steps) / statistics.fmean(alone_update["seconds"])
         steady = steady_rate(
             [m["time"] for m in steps], [m["rollout/generated"] for m in steps], generated / rl_s
         )
@@ -349,6 +328,7 @@ def main() -> None:
                 "learner_flops": flops,
                 "learner_standalone_flops_over_peak": alone_flops / peak,
                 "learner_in_pipeline_ratio": flops / alone_flops,
+                "learner_update_runnable_share": compute.runnable_share,
                 "learner_autocast": run_cfg.train.autocast,
                 "learner_forward_dtype": forward_dtype(run_cfg.train.autocast),
                 "learner_logp_gap": statistics.fmean(
@@ -364,14 +344,6 @@ def main() -> None:
             }
         )
     )
-
-
-def steady_rate(times: list[float], generated: list[float], whole: float) -> float:
-    """Paths a second between the first step's end and the last's (``times`` and cumulative
-    ``generated`` per step); ``whole`` (the whole run's rate) for a run of one step."""
-    if len(times) < 2 or times[-1] <= times[0]:
-        return whole
-    return (generated[-1] - generated[0]) / (times[-1] - times[0])
 
 
 def completion_range(mean: float, padded: float) -> tuple[int, int]:

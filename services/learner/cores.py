@@ -11,13 +11,16 @@ ends, or a check finds a job waiting or being sampled, it sets the threads back 
 thread (the extra OpenMP ones included, so none spins on a worker's core) to its own cores.
 
 ``busy`` tells whether the run has a job waiting or being sampled (RunChannels.prompt_backlog);
-it is asked before each chunk of the update, at most every ``min_interval_s``.
+it is asked before each chunk of the update and between the model's layers
+(model/layer_hooks.py), at most every ``min_interval_s``. A thread that ``roam``s (the
+weight-publish thread) may run on both kinds of core all along.
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import threading
 import time
 from typing import Callable
 
@@ -26,9 +29,12 @@ import torch
 log = logging.getLogger(__name__)
 
 
-def pin_threads(cores: set[int]) -> None:
-    """Every thread of this process allowed on ``cores`` only."""
+def pin_threads(cores: set[int], keep: set[int] | frozenset[int] = frozenset()) -> None:
+    """Every thread of this process allowed on ``cores`` only, but those in ``keep`` (their
+    thread ids), left where they are."""
     for tid in os.listdir("/proc/self/task"):
+        if int(tid) in keep:
+            continue
         try:
             os.sched_setaffinity(int(tid), cores)
         except OSError:  # the thread ended meanwhile
@@ -56,6 +62,7 @@ class CoreBorrowing:
         self._since = 0.0  # when the threads went wide
         self._checked = -float("inf")
         self._warned = False
+        self._roaming: set[int] = set()  # thread ids that ``roam``: never pinned back
 
     @property
     def enabled(self) -> bool:
@@ -82,6 +89,22 @@ class CoreBorrowing:
             self._set(False)
         self._checked = -float("inf")
 
+    def roam(self) -> None:
+        """Let the calling thread run on the learner's own cores and the borrowable ones alike,
+        whatever the update's threads do, and leave the choice to the kernel. For the
+        weight-publish thread: the version it sends is what the workers wait for, their cores
+        idle, at the start of a learner-bound run's update; pinned to the learner's core it took
+        turns with the update there (docs/performance.md, "The learner's core, thread by
+        thread"). Nothing to borrow: nothing changes."""
+        if not self.enabled:
+            return
+        try:
+            os.sched_setaffinity(0, self.own | self.borrow)
+        except OSError as e:  # cores this process may not use: it stays where it is
+            log.warning("the thread stays on cores %s: %s", sorted(self.own), e)
+            return
+        self._roaming.add(threading.get_native_id())
+
     def take_seconds(self) -> float:
         """Seconds on the borrowed cores since the last call (the current stretch included)."""
         if self.wide:
@@ -100,6 +123,6 @@ class CoreBorrowing:
             self._since = time.perf_counter()
         else:
             torch.set_num_threads(self.threads)
-            pin_threads(self.own)
+            pin_threads(self.own, keep=self._roaming)
             self.borrowed_s += time.perf_counter() - self._since
         self.wide = wide

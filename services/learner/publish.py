@@ -141,13 +141,21 @@ class PublishThread:
     update instead of lengthening its step. At most one version is in flight: ``submit``
     first waits for the previous one, so versions reach the workers in order. An error in the
     thread is logged at once and raised by the next ``submit`` or ``join``.
-    ``background=False`` sends in the caller (tests that step versions exactly)."""
+    ``background=False`` sends in the caller (tests that step versions exactly);
+    ``on_thread_start`` runs first on the thread (CoreBorrowing.roam: where it may run)."""
 
-    def __init__(self, send: Callable[[int, int, dict], None], background: bool = True):
+    def __init__(
+        self,
+        send: Callable[[int, int, dict], None],
+        background: bool = True,
+        on_thread_start: Callable[[], None] | None = None,
+    ):
         self.send = send
         self.sent_s = 0.0  # how long the last finished send took, wherever it ran
         self._pool = (
-            ThreadPoolExecutor(1, thread_name_prefix="weight-publish") if background else None
+            ThreadPoolExecutor(1, "weight-publish", initializer=on_thread_start)
+            if background
+            else None
         )
         self._inflight: Future | None = None
 

@@ -39,12 +39,14 @@ from services.learner.guard.actions import RunGuard
 from services.learner.intake.collect import GroupIntake
 from services.learner.feed.jobfeed import JobFeed
 from services.learner.feed.lookahead import LearnerAt
+from services.learner.model.layer_hooks import between_layers
 from services.learner.observe.probe import ProbeMeter
 from services.learner.feed.prompts import RunPrompts, load_run_prompts
 from services.learner.publish import PublishThread, WeightPublisher
 from services.learner.observe.runstate import RunState
 from services.learner.intake.seen_groups import SeenGroups
 from services.learner.observe.step_metrics import RunCounters, step_metrics
+from services.learner.observe.thread_clock import ThreadClock
 
 log = logging.getLogger(__name__)
 
@@ -73,7 +75,10 @@ class Trainer:
         self.publisher = WeightPublisher(
             store, cfg.weights.serving_dtype, cfg.weights.keyframe_every
         )
-        self.sender = PublishThread(self._send, cfg.asynchrony.publish_in_background)
+        # the publish thread may run on the workers' cores too (cores.py: roam)
+        self.sender = PublishThread(
+            self._send, cfg.asynchrony.publish_in_background, on_thread_start=self.cores.roam
+        )
         self.publish_wait_s = 0.0  # this step's wait for the previous version to go out
         self.data = prompts or load_run_prompts(cfg)
         epoch = uuid.uuid4().hex[:8]
@@ -120,8 +125,7 @@ class Trainer:
             t1 = time.perf_counter()
             for item in intake.consumed:
                 self.feed.pass_rates.record(item.group)
-            update = self.policy.update(intake.groups)
-            self.cores.release()  # the jobs the next collect sends go to the workers' cores
+            update = self._update(intake.groups)
             self._redis(lambda: self.intake.ack(intake.entries), "acking")
             self.counters.add(intake, self.feed.stratum_of, self.feed.pass_rates.success_reward)
             if self._skipped(update):
@@ -162,6 +166,21 @@ class Trainer:
             )
             self.state.samples(intake.groups, self.cfg.samples_every)
         self.finish()
+
+    def _update(self, groups) -> dict[str, float]:
+        """The policy's update of ``groups``, on the workers' cores too while they have nothing
+        to sample (checked between chunks and between the model's layers: cores.py,
+        model/layer_hooks.py), and this thread's seconds in it on a core and waiting for one
+        (observe/thread_clock.py; Linux)."""
+        clock = ThreadClock()
+        clock.start()
+        with between_layers(self.policy.model if self.cores.enabled else None, self.cores.refresh):
+            update = self.policy.update(groups)
+        self.cores.release()  # the jobs the next collect sends go to the workers' cores
+        if (on_core := clock.stop()) is not None:
+            update["learner/update_running_s"] = on_core.running_s
+            update["learner/update_runnable_s"] = on_core.runnable_s
+        return update
 
     def _top_up(self, needed: int | None = None) -> None:
         """Send jobs while there is room (JobFeed.top_up); ``needed``: the groups the update

@@ -1,11 +1,10 @@
-"""The standalone update bench/e2e.py compares the pipeline's learner with has the run's shape; the
-steady rate leaves out the pipeline's fill."""
+"""The standalone update bench/e2e.py compares the pipeline's learner with has the run's shape."""
 
 from __future__ import annotations
 
 import pytest
 
-from bench.e2e import completion_range, steady_rate
+from bench.e2e import completion_range
 
 
 @pytest.mark.parametrize(
@@ -24,12 +23,3 @@ def test_completion_range_has_the_runs_padded_length_and_about_its_mean(mean, pa
     assert 1 <= lo <= hi == round(padded)
     if lo > 1:  # lengths drawn uniformly from lo..hi average the run's mean
         assert abs((lo + hi) / 2 - mean) <= 0.5
-
-
-def test_the_steady_rate_leaves_out_the_first_steps_fill():
-    # the first step waits 3 s for its groups; then 100 paths every 0.5 s, one step 130
-    times = [3.5, 4.0, 4.5, 5.25]
-    generated = [100.0, 200.0, 300.0, 430.0]
-    assert steady_rate(times, generated, whole=430 / 5.25) == pytest.approx(330 / 1.75)
-    assert steady_rate(times[:1], generated[:1], whole=7.0) == 7.0  # one step: the whole run's
-    assert steady_rate([2.0, 2.0], [5.0, 9.0], whole=3.0) == 3.0  # no time between the steps

@@ -52,25 +52,77 @@ print(json.dumps(out))
 """
 
 
-@pytest.mark.skipif(len(USABLE) < 2, reason="needs two usable cores")
-def test_threads_widen_to_the_borrowed_core_while_idle_and_come_back():
-    own, borrow = USABLE[-1], USABLE[0]
+def run_child(script: str, own: int, borrow: int) -> dict:
+    """``script`` in a child process (it moves every thread of its process) given the learner's
+    own core and the one to borrow; its last line of output, read as JSON."""
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": os.getcwd()}
     out = subprocess.run(
-        [sys.executable, "-c", CHILD, str(own), str(borrow)],
+        [sys.executable, "-c", script, str(own), str(borrow)],
         capture_output=True,
         text=True,
         env=env,
         timeout=120,
     )
     assert out.returncode == 0, out.stderr[-2000:]
-    seen = json.loads(out.stdout.strip().splitlines()[-1])
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.skipif(len(USABLE) < 2, reason="needs two usable cores")
+def test_threads_widen_to_the_borrowed_core_while_idle_and_come_back():
+    own, borrow = USABLE[-1], USABLE[0]
+    seen = run_child(CHILD, own, borrow)
     assert seen["busy"] == {"threads": 1, "cores": [own], "wide": False}
     assert seen["idle"] == {"threads": 2, "cores": sorted({own, borrow}), "wide": True}
     # narrowed: the OpenMP thread started while wide is pinned back too
     assert seen["busy_again"] == {"threads": 1, "cores": [own], "wide": False}
     assert seen["released"] == {"threads": 1, "cores": [own], "wide": False}
     assert seen["seconds"] >= 0.05 and seen["seconds_after"] == 0.0
+
+
+ROAMING = r"""
+import json, os, sys, threading
+import torch
+from services.learner.cores import CoreBorrowing
+
+own, borrow = int(sys.argv[1]), int(sys.argv[2])
+os.sched_setaffinity(0, {own})
+torch.set_num_threads(1)
+busy = [False]
+cores = CoreBorrowing([borrow, own], lambda: busy[0], min_interval_s=0.0)
+ready, done, tid = threading.Event(), threading.Event(), []
+
+def publisher():  # as the weight-publish thread starts (PublishThread's on_thread_start)
+    cores.roam()
+    tid.append(threading.get_native_id())
+    ready.set()
+    done.wait(30)
+
+t = threading.Thread(target=publisher)
+t.start()
+ready.wait(30)
+cores.refresh()  # idle workers: wide
+busy[0] = True
+cores.refresh()  # a job: every thread back on the learner's core, but the roaming one
+cores.release()
+out = {"roaming": sorted(os.sched_getaffinity(tid[0])), "main": sorted(os.sched_getaffinity(0))}
+done.set()
+t.join()
+print(json.dumps(out))
+"""
+
+
+@pytest.mark.skipif(len(USABLE) < 2, reason="needs two usable cores")
+def test_a_roaming_thread_keeps_every_core_when_the_update_is_pinned_back():
+    own, borrow = USABLE[-1], USABLE[0]
+    seen = run_child(ROAMING, own, borrow)
+    assert seen == {"roaming": sorted({own, borrow}), "main": [own]}
+
+
+def test_with_nothing_to_borrow_a_thread_does_not_roam():
+    cores = CoreBorrowing([3], lambda: False, own={3})
+    before = os.sched_getaffinity(0)
+    cores.roam()
+    assert os.sched_getaffinity(0) == before
 
 
 def test_nothing_to_borrow_never_asks_the_backlog():

@@ -84,6 +84,23 @@ def test_in_the_caller_when_not_in_background():
     thread.close()
 
 
+def test_the_thread_start_hook_runs_once_on_the_thread_that_sends():
+    import threading
+
+    from services.learner.publish import PublishThread
+
+    started, senders = [], []
+    thread = PublishThread(
+        lambda v, s, b: senders.append(threading.get_native_id()),
+        on_thread_start=lambda: started.append(threading.get_native_id()),
+    )
+    for version in (1, 2, 3):
+        thread.submit(version, version, {})
+    thread.close()
+    assert len(started) == 1 and senders == started * 3
+    assert started[0] != threading.get_native_id()
+
+
 @pytest.mark.parametrize("dtype", ["bf16", "fp32"])
 def test_a_snapshot_is_the_weights_at_its_time_not_after_the_next_update(tmp_path, dtype):
     store = WeightStore(tmp_path)

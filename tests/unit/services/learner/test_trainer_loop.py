@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -14,6 +15,7 @@ from brorl.config.run import RunConfig
 from brorl.v1 import common_pb2
 from brorl.weights.store import WeightStore
 from services.learner.observe.runstate import RunState
+from services.learner.observe.thread_clock import SCHEDSTAT
 from services.learner.train import Trainer
 from tests.memory_queue import MemoryChannels, MemoryRegistry
 
@@ -264,3 +266,24 @@ def test_the_first_forward_runs_while_the_first_jobs_are_sampled(tmp_path, monke
     assert policy.warms == [(3, 7, 0)]  # no prompt token ids here: the length is max_tokens
     assert queued == [4]  # the first jobs (max_inflight_groups) were sent before it
     assert len(policy.updates) == 3
+
+
+@pytest.mark.skipif(not SCHEDSTAT.exists(), reason="the kernel reports no per-thread schedstat")
+def test_each_step_reports_the_updates_seconds_running_and_waiting_for_a_core(tmp_path):
+    """learner/update_running_s and learner/update_runnable_s: the training thread's part of the
+    update (services/learner/observe/thread_clock.py), not the whole process's."""
+
+    class SpinningPolicy(RecordingPolicy):
+        def update(self, groups):
+            end = time.thread_time() + 0.15  # 0.15 s of this thread's CPU
+            while time.thread_time() < end:
+                pass
+            return super().update(groups)
+
+    _, steps, _ = run_trainer(tmp_path, fake_rollout(mixed), SpinningPolicy())
+    assert len(steps) == 3
+    for m in steps:
+        assert m["learner/update_running_s"] >= 0.14
+        assert m["learner/update_runnable_s"] >= 0.0
+        spent = m["learner/update_running_s"] + m["learner/update_runnable_s"]
+        assert spent <= m["learner/update_s"] + 0.005

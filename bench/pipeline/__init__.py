@@ -1,0 +1,1 @@
+"""What bench/e2e.py reads of a pipeline run: its per-step metrics (steps.py)."""
