@@ -65,8 +65,9 @@ class LearnerServiceConfig(StrictModel):
         default_factory=list,
         description="The rollout workers' cores, which an update also uses (one more torch "
         "thread each) while the run has no job waiting or being sampled, and gives back as soon "
-        "as it has (services/learner/cores.py). The local launcher sets it when it pins the "
-        "learner apart from the workers; empty: never. Needs ranks 1.",
+        "as it has (services/learner/cores.py; checked between chunks and between the model's "
+        "layers); the weight-publish thread may run on them at any time. The local launcher sets "
+        "it when it pins the learner apart from the workers; empty: never. Needs ranks 1.",
     )
     keep_weight_versions: int = Field(3, ge=1, description="Published versions kept in the store.")
     port_file: str = Field("", description="If set, the bound port is written here once serving.")
