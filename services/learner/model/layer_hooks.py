@@ -3,9 +3,10 @@
 The learner borrows the rollout workers' cores while they have nothing to sample
 (services/learner/cores.py) and asks whether they do before each chunk of its update. A chunk of
 the long shape (32 paths of ~190 tokens through a 24 M model) takes ~2 s, so a worker that ran
-out of work just after a chunk began left its core idle for up to that long: ~1.5 s a step, of
-which the learner borrowed 0.13 s on average (docs/performance.md). Called between layers, the
-check comes every ~0.1 s of the update instead.
+out of work just after a chunk began left its core idle for up to that long: the learner
+borrowed 0.07-0.13 s a step while the worker idled ~0.9 s a group, against 0.8-0.9 s a step
+with this (docs/performance.md). Called between layers, the check comes every ~0.1 s of the
+update instead.
 
 The forward calls it before each decoder layer (a forward pre-hook); the backward calls it as
 each layer's output gradient is computed (a hook on that output tensor, registered during the
