@@ -256,10 +256,7 @@ def main() -> None:
         epochs, minibatches = run_cfg.train.passes()  # a pass reads each position once
         flops = 6 * params * epochs * compute.positions / max(compute.seconds, 1e-9)
         peak = peak_gemm_flops(max(cfg.threads_per_process, 1))
-        paths = compute.paths
-        completion = compute.tokens / max(paths, 1.0)
-        # completion positions a path had in its padded micro-batch (Batch.positions: C - 1)
-        padded = sum(m.get("learner/positions", 0.0) for m in steps) / max(paths, 1.0) + 1
+        completion, padded = compute.mean_completion, compute.padded_completion
         prompt_tokens = _prompt_tokens(inputs.model, prompts[0]["prompt"]) if long else 6
         log("the same update alone ...")
         alone_update = run_update(
@@ -311,7 +308,7 @@ def main() -> None:
                 "cluster_start_s": cluster_start_s,
                 "rl_s": rl_s,
                 "paths_per_s": generated / rl_s,
-                "trained_paths_per_s": paths / rl_s,
+                "trained_paths_per_s": compute.paths / rl_s,
                 "stale_paths": int(steps[-1].get("learner/dropped_paths/stale", 0)),
                 "rollout_alone_paths_per_s": alone,
                 "pipeline_ratio": generated / rl_s / alone,

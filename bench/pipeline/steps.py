@@ -61,10 +61,22 @@ class LearnerCompute:
     runnable_s: float  # of update_s: the training thread waiting for a core
     paths: float  # every update's, the first included
     tokens: float  # completion tokens, every update's
+    every_positions: float  # every update's positions, the first included
 
     @property
     def runnable_share(self) -> float:
         return self.runnable_s / max(self.update_s, 1e-9)
+
+    @property
+    def mean_completion(self) -> float:
+        """Completion tokens a path, over the run."""
+        return self.tokens / max(self.paths, 1.0)
+
+    @property
+    def padded_completion(self) -> float:
+        """Completion positions a path had in its padded micro-batch, over the run
+        (Batch.positions counts C - 1 of a completion of C)."""
+        return self.every_positions / max(self.paths, 1.0) + 1
 
 
 def learner_compute(steps: list[dict]) -> LearnerCompute:
@@ -76,6 +88,7 @@ def learner_compute(steps: list[dict]) -> LearnerCompute:
         runnable_s=sum(m.get("learner/update_runnable_s", 0.0) for m in timed),
         paths=sum(m.get("learner/paths", 0.0) for m in steps),
         tokens=sum(m.get("learner/tokens", 0.0) for m in steps),
+        every_positions=sum(m.get("learner/positions", 0.0) for m in steps),
     )
 
 

@@ -47,6 +47,9 @@ def test_the_learners_compute_leaves_out_its_first_update_but_counts_every_path(
     assert got.update_s == pytest.approx(0.84)
     assert got.runnable_share == pytest.approx(0.11 / 0.84)
     assert (got.paths, got.tokens) == (160.0, 490.0)  # the run's paths: the first's too
+    # the run's shape, for the standalone update: every update's, the first's too
+    assert got.mean_completion == pytest.approx(490 / 160)
+    assert got.padded_completion == pytest.approx(3000 / 160 + 1)
 
 
 def test_a_run_of_one_update_times_that_update():

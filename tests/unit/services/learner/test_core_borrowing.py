@@ -20,8 +20,10 @@ from services.learner.config import LearnerServiceConfig
 from services.learner.cores import CoreBorrowing
 
 USABLE = sorted(os.sched_getaffinity(0))
-CHILD = r"""
-import json, os, sys, time
+# run_child's scripts start so: the learner's own core and one to borrow from argv, one torch
+# thread, and a backlog the script sets (busy[0]).
+SETUP = r"""
+import json, os, sys, threading, time
 import torch
 from services.learner.cores import CoreBorrowing
 
@@ -30,6 +32,8 @@ os.sched_setaffinity(0, {own})
 torch.set_num_threads(1)
 busy = [True]
 cores = CoreBorrowing([borrow, own], lambda: busy[0], min_interval_s=0.0)
+"""
+CHILD = r"""
 a = torch.randn(256, 256)
 
 def seen():
@@ -53,11 +57,11 @@ print(json.dumps(out))
 
 
 def run_child(script: str, own: int, borrow: int) -> dict:
-    """``script`` in a child process (it moves every thread of its process) given the learner's
-    own core and the one to borrow; its last line of output, read as JSON."""
+    """SETUP then ``script`` in a child process (it moves every thread of its process) given the
+    learner's own core and the one to borrow; its last line of output, read as JSON."""
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": os.getcwd()}
     out = subprocess.run(
-        [sys.executable, "-c", script, str(own), str(borrow)],
+        [sys.executable, "-c", SETUP + script, str(own), str(borrow)],
         capture_output=True,
         text=True,
         env=env,
@@ -80,15 +84,6 @@ def test_threads_widen_to_the_borrowed_core_while_idle_and_come_back():
 
 
 ROAMING = r"""
-import json, os, sys, threading
-import torch
-from services.learner.cores import CoreBorrowing
-
-own, borrow = int(sys.argv[1]), int(sys.argv[2])
-os.sched_setaffinity(0, {own})
-torch.set_num_threads(1)
-busy = [False]
-cores = CoreBorrowing([borrow, own], lambda: busy[0], min_interval_s=0.0)
 ready, done, tid = threading.Event(), threading.Event(), []
 
 def publisher():  # as the weight-publish thread starts (PublishThread's on_thread_start)
@@ -100,6 +95,7 @@ def publisher():  # as the weight-publish thread starts (PublishThread's on_thre
 t = threading.Thread(target=publisher)
 t.start()
 ready.wait(30)
+busy[0] = False
 cores.refresh()  # idle workers: wide
 busy[0] = True
 cores.refresh()  # a job: every thread back on the learner's core, but the roaming one
