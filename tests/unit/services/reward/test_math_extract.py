@@ -149,7 +149,7 @@ def test_an_empty_reference_or_a_solution_without_answer_has_none():
 def test_extraction_is_linear_on_hostile_text(text):
     """CPU seconds of this process, not wall time: a loaded machine slows the clock, not the
     work (a quadratic scan of these 0.2-1 M characters would take minutes either way). The
-    bound leaves room for the slowest VMs: the longest case, "1, " x 100,000, takes 0.85 s of
+    bound leaves room for the slowest VMs: the slowest case, "1, " x 100,000, takes 0.85 s of
     CPU alone on a slow AVX2 EPYC and took 2.08 s there beside the suite's other lane."""
     start = time.process_time()
     extract_answer(text)
