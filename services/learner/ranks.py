@@ -180,7 +180,6 @@ class DistributedPolicy:
         return 0.0
 
 
-
 def _dump_cfg(cfg) -> str:
     return cfg.model_dump_json(by_alias=True)
 
@@ -212,7 +211,8 @@ def start_ranks(world: int, timeout_s: float) -> list[subprocess.Popen]:
     same command (a launcher's RANK/WORLD_SIZE, if set, win: no children), then join the
     process group. Returns the children."""
     children = []
-    if "RANK" not in os.environ and world > 1:
+    if deepspeed_engine.launcher_world() is None and world > 1:
+        os.environ.pop(deepspeed_engine.OWN_RANK_ENV, None)  # this process is their launcher
         env = dict(
             os.environ,
             WORLD_SIZE=str(world),

@@ -30,6 +30,7 @@ from brorl.weights.store import WeightStore
 from services.learner.config import LearnerServiceConfig
 from services.learner.observe.live_metrics import StepGauges, queue_samples
 from services.learner.feed.prompts import load_prompts, load_run_prompts
+from services.learner.model import deepspeed_engine
 from services.learner.read_roots import ReadRoots
 from services.learner.observe.runstate import RunState
 from services.learner.observe.sinks import build_sinks, check_trackers
@@ -282,7 +283,7 @@ def warm_up(one_rank: bool) -> float:
     start = time.perf_counter()
     from transformers import AutoModelForCausalLM  # noqa: F401 - the import is the warm-up
 
-    from services.learner.model import deepspeed_engine, policy  # noqa: F401
+    from services.learner.model import policy  # noqa: F401
 
     if one_rank:
         deepspeed_engine.init_distributed()
@@ -293,7 +294,7 @@ def serve(config: LearnerServiceConfig) -> None:
     if config.torch_threads:
         torch.set_num_threads(config.torch_threads)
     ranks = None
-    if int(os.environ.get("WORLD_SIZE", config.ranks)) > 1:
+    if (deepspeed_engine.launcher_world() or config.ranks) > 1:
         from services.learner import ranks as rank_group
 
         children = rank_group.start_ranks(config.ranks, config.collective_timeout_s)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -18,6 +19,7 @@ import redis
 from brorl import queue as q
 from brorl import streams
 from brorl.v1 import common_pb2
+from services.learner.model.deepspeed_engine import OWN_RANK_ENV
 from tests.integration.learner_faults_harness import (
     REPO,
     FakeRollout,
@@ -176,20 +178,27 @@ def test_unreachable_redis_at_start_names_the_address():
     port = 1  # nothing listens there
     with pytest.raises(q.RedisUnavailable, match=f"Redis at redis://127.0.0.1:{port}/0"):
         q.connect(f"redis://127.0.0.1:{port}/0")
-    out = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "services.learner",
-            "bind=127.0.0.1:0",
-            f"redis_url=redis://127.0.0.1:{port}/0",
-        ],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env={**os.environ, "PYTHONPATH": str(REPO)},
-    )
+    # Started, as tests and launchers do, with a copy of an environment in which a process
+    # joined its own one-rank group (the suite's own, after an in-process policy): that is no
+    # launcher's, and its rendezvous port, now someone else's, must not be bound.
+    taken = socket.create_server(("127.0.0.1", 0))
+    leaked = {"RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": "0", "MASTER_ADDR": "127.0.0.1"}
+    leaked.update(MASTER_PORT=str(taken.getsockname()[1]), **{OWN_RANK_ENV: "1"})
+    with taken:
+        out = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "services.learner",
+                "bind=127.0.0.1:0",
+                f"redis_url=redis://127.0.0.1:{port}/0",
+            ],
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            env={**os.environ, **leaked, "PYTHONPATH": str(REPO)},
+        )
     assert out.returncode == 1 and "Traceback" not in out.stderr
     assert f"error: Redis at redis://127.0.0.1:{port}/0 is unreachable" in out.stderr
 

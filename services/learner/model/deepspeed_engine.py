@@ -15,6 +15,21 @@ import socket
 log = logging.getLogger(__name__)
 
 
+# Set beside RANK/WORLD_SIZE/... by a process that wrote them for its own one-rank group: a
+# child started with a copy of its environment (a test's service, a launcher's) inherits them
+# but was launched by no one, and must not take them for a launcher's (its rendezvous port may
+# by then be any other socket's: EADDRINUSE).
+OWN_RANK_ENV = "BRORL_OWN_RANK_ENV"
+
+
+def launcher_world() -> int | None:
+    """WORLD_SIZE as a launcher set it (torchrun, deepspeed, the learner's rank 0 for its
+    children), or None when this process was not started as one rank of a group."""
+    if "RANK" not in os.environ or OWN_RANK_ENV in os.environ:
+        return None
+    return int(os.environ.get("WORLD_SIZE", "1"))
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -34,8 +49,9 @@ def init_distributed(timeout_s: float = 600.0) -> None:
     import torch.distributed as dist
 
     backend = "nccl" if torch.cuda.is_available() else "gloo"
-    if "RANK" not in os.environ:
+    if launcher_world() is None:
         os.environ.update(
+            {OWN_RANK_ENV: "1"},
             RANK="0",
             WORLD_SIZE="1",
             LOCAL_RANK="0",
@@ -135,7 +151,7 @@ def learner_world() -> int:
 
     if dist.is_initialized():
         return dist.get_world_size()
-    return int(os.environ.get("WORLD_SIZE", "1"))
+    return launcher_world() or 1
 
 
 def build_engine(model, train, zero_stage: int = 0):

@@ -14,7 +14,7 @@ from brorl.config.base import validate
 from brorl.config.train import TrainConfig
 from brorl.v1 import learner_pb2, learner_pb2_grpc
 from services.learner.config import LearnerServiceConfig
-from services.learner.model.deepspeed_engine import check_optimizer
+from services.learner.model.deepspeed_engine import OWN_RANK_ENV, check_optimizer, launcher_world
 from services.learner.server import SERVICE_NAME, LearnerServicer
 
 
@@ -25,6 +25,19 @@ def test_the_reasons_onebit_adam_cannot_run():
     assert check_optimizer(train, 0, world=2) == ""  # CPU (gloo) or CUDA (NCCL) alike
     assert check_optimizer(train, 0, cuda=True, world=3) == ""
     assert check_optimizer(TrainConfig(), 3, world=1) == ""
+
+
+def test_only_a_launchers_world_counts(monkeypatch):
+    for name in ("RANK", "WORLD_SIZE", OWN_RANK_ENV):
+        monkeypatch.delenv(name, raising=False)
+    assert launcher_world() is None
+    monkeypatch.setenv("WORLD_SIZE", "4")  # no RANK: not one rank of a launched group
+    assert launcher_world() is None
+    monkeypatch.setenv("RANK", "2")
+    assert launcher_world() == 4
+    # inherited from a process that wrote them for its own one-rank group: no launcher's
+    monkeypatch.setenv(OWN_RANK_ENV, "1")
+    assert launcher_world() is None
 
 
 def test_zero_one_adam_is_no_option():
