@@ -117,14 +117,16 @@ def test_infinite_loop_times_out(stub):
 
 
 def test_fork_bomb_is_contained(stub):
-    bombs = [
-        "import os\nwhile True:\n    os.fork()\n",
-        "import os\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n        pass\n",
-    ]
-    results, took = score(stub, *bombs)
-    assert all(r.reward == 0 for r in results)
-    assert results[0].status == "error" and "process limit (32" in results[0].detail
-    assert results[1].status == "timeout"  # it swallows the error and spins until the wall
+    # It ends when its first process's fork fails. With 32 processes contending, that took more
+    # than the 1 s wall beside the suite's other lane ("timeout" in CI): the roomier function.
+    [raised], took = score(stub, "import os\nwhile True:\n    os.fork()\n", fn="code_roomy")
+    assert (raised.reward, raised.status) == (0, "error") and "process limit (32" in raised.detail
+    assert took < 15
+    swallows = (
+        "import os\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n        pass\n"
+    )
+    [spun], took = score(stub, swallows)
+    assert (spun.reward, spun.status) == (0, "timeout")  # it spins until the wall
     assert took < 15
     assert_still_serving(stub)
 
