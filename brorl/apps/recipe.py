@@ -67,6 +67,19 @@ class RecipeConfig(StrictModel):
             "learner gets the others (brorl/apps/cluster/placement.py). 'nobind' pins nothing."
         ),
     )
+    background_nice: int = Field(
+        0,
+        ge=0,
+        le=19,
+        description=(
+            "Nice value (19: the lowest priority) of the cluster's background work, the reward "
+            "and environment services and the workers' tail processes on the learner's cores, "
+            "each in a scheduling autogroup of its own below the learner and the engines "
+            "(brorl/priority.py). For a learner-bound run whose reward service shares the "
+            "learner's core; where the rollout is the bound it delays the rollout "
+            "(docs/performance.md). 0: the same priority as the others."
+        ),
+    )
     train_problems: int = Field(
         20000,
         ge=100,
@@ -294,6 +307,7 @@ def cluster_spec(
         threads_per_process=cfg.threads_per_process,
         namespace=namespace,
         rollout_cpu_bind=cfg.rollout_cpu_bind,
+        background_nice=cfg.background_nice,
         environment=tasks.environment(cfg),
         **({"env_port": env_port} if env_port else {}),
     )

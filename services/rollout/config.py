@@ -171,6 +171,17 @@ class RolloutServiceConfig(StrictModel):
             "pinned to its cores). Empty: the service's cores only."
         ),
     )
+    tail_nice: int = Field(
+        0,
+        ge=0,
+        le=19,
+        description=(
+            "Nice value of the tail process (tail_process), in a session and so a scheduling "
+            "autogroup of its own (brorl/priority.py): on background_cores it then takes their "
+            "idle time, not the learner's update (the local cluster passes its background_nice "
+            "there). 0: the worker's priority, in the worker's session."
+        ),
+    )
     engine: EngineConfig = Field(
         default_factory=EngineConfig, description="The vLLM engine of this worker."
     )

@@ -150,7 +150,9 @@ def tail_process(config: RolloutServiceConfig, stats: WorkerStats) -> TailProces
     if not config.tail_process:
         return None
     cores = tuple(config.background_cores)
-    spec = TailSpec(config, q.consumer_name(), cores, logging.root.level)
+    spec = TailSpec(
+        config, q.consumer_name(), cores, log_level=logging.root.level, nice=config.tail_nice
+    )
     return TailProcess(spec, stats)
 
 

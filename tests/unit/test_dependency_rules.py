@@ -5,7 +5,8 @@ model/deepspeed_engine.py; triton only in kernels/; redis only in brorl/queue.py
 brorl/streams.py and the apps; prometheus_client only in brorl/metrics.py (and a client of the
 core never loads it); wandb and mlflow only in observe/trackers.py, TensorBoard only in
 observe/sinks.py; the learner's algo/ is pure math; the rollout's tail process loads no torch,
-vllm or transformers. Also: the core (brorl/ outside brorl/apps/) never imports the apps,
+vllm or transformers; brorl/priority.py (the launcher's and the tail process's) is standard
+library only. Also: the core (brorl/ outside brorl/apps/) never imports the apps,
 services never import the demo package, and no package has an import cycle.
 
 Every rule counts imports anywhere in a file, including those inside functions."""
@@ -299,3 +300,10 @@ def test_the_learners_pure_math_imports_no_engine_model_or_transport():
             and n != "services.learner"
         }
         assert not outside, (mod, outside)
+
+
+def test_the_priority_module_is_standard_library_only():
+    """brorl/priority.py runs in the launcher and first thing in the tail process, before it
+    starts a thread: it may load nothing that starts one or is heavy."""
+    tops = {n.split(".")[0] for n in imports_of(ROOT / "brorl" / "priority.py")}
+    assert tops <= set(sys.stdlib_module_names) | {"__future__"}, tops

@@ -25,7 +25,7 @@ import redis
 from brorl.apps.cluster import placement, scrape_targets
 from brorl.rpc import wait_serving
 from brorl.security import SecurityConfig
-from brorl import cluster
+from brorl import cluster, priority
 
 log = logging.getLogger(__name__)
 
@@ -82,6 +82,9 @@ class ClusterSpec:
     threads_per_process: int | None = None
     namespace: str = "default"  # workers follow the learner of their namespace
     rollout_cpu_bind: str = "auto"  # see worker_cpu_bind; every service's cores: placement.py
+    # Nice value of the reward and environment services and of the tail processes of workers
+    # with background cores: below the learner and the engines (brorl/priority.py); 0: equal.
+    background_nice: int = 0
     # Token and TLS of every service and of the launcher's own health checks (docs/security.md).
     security: SecurityConfig | None = None
     # Where run configs may point besides the learner's working directory (the repository), the
@@ -149,7 +152,9 @@ class Cluster:
     def metrics_urls(self) -> dict[str, str]:  # service name → /metrics URL, once ready
         return scrape_targets.metrics_urls(self.spec.host, self.ports, [p.name for p in self.procs])
 
-    def _spawn(self, name: str, argv: list[str], cores: placement.Cores = None) -> Proc:
+    def _spawn(
+        self, name: str, argv: list[str], cores: placement.Cores = None, nice: int = 0
+    ) -> Proc:
         self.logs.mkdir(parents=True, exist_ok=True)
         log_path = self.logs / f"{name}.log"
         out = open(log_path, "ab")
@@ -166,6 +171,7 @@ class Cluster:
         out.close()
         # Popen returns once the child has exec'd, before its interpreter starts any thread
         placement.pin(popen.pid, cores)
+        priority.lower(popen.pid, nice)
         proc = Proc(name, popen, log_path)
         self.procs.append(proc)
         log.info("started %s (pid %d), log %s", name, popen.pid, log_path)
@@ -226,11 +232,16 @@ class Cluster:
             **secure,
             **s.reward_overrides,
         }
-        self._spawn("reward", service_command("reward", reward), cores["reward"])
+        nice = s.background_nice
+        self._spawn("reward", service_command("reward", reward), cores["reward"], nice)
         if s.environment:
             env = {"bind": self.env_address, **self._ports("env"), **secure, **s.environment}
-            self._spawn("env", service_command("env", env), cores["env"])
+            self._spawn("env", service_command("env", env), cores["env"], nice)
         for i in range(s.rollout_workers):
+            # weight staging and the tail process off the engine's cores (rollout/weight_sync.py,
+            # rollout/tail/process.py); the tail below the others only there, never beside the
+            # engine it must keep fed
+            background = placement.background(cores, f"rollout-{i}", usable)
             self._spawn(
                 f"rollout-{i}",
                 service_command(
@@ -242,8 +253,8 @@ class Cluster:
                         "reward_address": self.reward_address,
                         "namespace": s.namespace,
                         "engine.cpu_threads_bind": worker_cpu_bind(s.rollout_cpu_bind, i),
-                        # weight staging off the engine's cores (rollout/weight_sync.py)
-                        "background_cores": placement.background(cores, f"rollout-{i}", usable),
+                        "background_cores": background,
+                        "tail_nice": nice if background else 0,
                         **self._ports(f"rollout-{i}"),
                         **secure,
                         **s.rollout_overrides,

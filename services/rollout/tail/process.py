@@ -13,7 +13,9 @@ time, its error raised at the next hand-off, the lease kept by the worker until 
 
 A child that died is started again at the next call; the call it was running failed, so its jobs
 stay pending and are reclaimed (the publish-once script keeps any group single). The child is
-stopped by its pid.
+stopped by its pid. With ``tail_nice`` it runs in a session of its own at that priority
+(brorl/priority.py), so a signal to the worker's process group misses it: it ends when its pipe
+reaches end of file, the worker gone.
 """
 
 from __future__ import annotations
@@ -23,6 +25,8 @@ import multiprocessing
 import os
 import traceback
 from dataclasses import dataclass
+
+from brorl import priority
 
 log = logging.getLogger(__name__)
 
@@ -40,6 +44,7 @@ class TailSpec:
     config: object  # RolloutServiceConfig: Redis, the reward service, its deadline, the model
     name: str  # the worker's consumer name: the groups' publisher
     cores: tuple[int, ...] = ()  # the child's CPU affinity; () inherits the worker's
+    nice: int = 0  # > 0: the child in a session of its own at this nice value (brorl/priority.py)
     log_level: int = logging.INFO
 
 
@@ -115,6 +120,8 @@ def _child_main(conn, spec: TailSpec) -> None:
     setup_logging(logging.getLevelName(spec.log_level))  # the worker's format and level
     if spec.cores:
         os.sched_setaffinity(0, spec.cores)
+    if spec.nice:  # before _build starts any thread: they inherit it
+        priority.own_session_below(spec.nice)
     finisher, claims_of = _build(spec)
     while True:
         try:

@@ -7,6 +7,7 @@ import sys
 
 import pytest
 
+from brorl import priority
 from brorl.apps.cluster import placement
 from brorl.apps.cluster.launcher import Cluster, ClusterSpec
 
@@ -106,6 +107,7 @@ def test_the_launcher_gives_its_children_the_thread_count_it_resolved(tmp_path, 
         lambda argv, env, **kw: envs.update({argv[2]: env}) or type("P", (), {"pid": 0})(),
     )
     monkeypatch.setattr(placement, "pin", lambda pid, cores: None)
+    monkeypatch.setattr(priority, "lower", lambda pid, nice: True)  # the fake children's pid 0
 
     def started(**spec) -> tuple[int, set]:
         envs.clear()
@@ -152,7 +154,7 @@ def test_the_launcher_lends_the_workers_cores_to_a_pinned_learner(tmp_path, monk
     monkeypatch.setattr(Cluster, "ensure_redis", lambda self: None)
     monkeypatch.setattr(Cluster, "wait_ready", lambda self, timeout=0: None)
     monkeypatch.setattr(
-        Cluster, "_spawn", lambda self, name, argv, cores=None: spawned.update({name: argv})
+        Cluster, "_spawn", lambda self, name, argv, cores=None, nice=0: spawned.update({name: argv})
     )
 
     def learner_arg(**spec) -> str:
@@ -164,3 +166,42 @@ def test_the_launcher_lends_the_workers_cores_to_a_pinned_learner(tmp_path, monk
     assert learner_arg() == f"borrow_cores={usable[:-1]}"  # auto: the worker has all but one
     assert learner_arg(rollout_cpu_bind="nobind") == "borrow_cores=[]"
     assert learner_arg(learner_overrides={"ranks": 2}) == "borrow_cores=[]"
+
+
+def test_the_launcher_puts_background_work_below_the_rest(tmp_path, monkeypatch):
+    """The reward service's autogroup is lowered once it starts; a worker's tail process is
+    lowered where it runs on background cores, never beside its own engine."""
+    cluster = Cluster(ClusterSpec(model="-", workdir=tmp_path, background_nice=17))
+    code = "import time; time.sleep(60)"
+    proc = cluster._spawn("probe", [sys.executable, "-c", code], None, nice=17)
+    try:
+        assert os.getpriority(os.PRIO_PROCESS, proc.popen.pid) == 17
+        if priority.autogroups_on():
+            assert priority.autogroup_nice(proc.popen.pid) == 17
+    finally:
+        cluster.stop()
+    spawned, lowered = {}, {}
+    monkeypatch.setattr(Cluster, "ensure_redis", lambda self: None)
+    monkeypatch.setattr(Cluster, "wait_ready", lambda self, timeout=0: None)
+    monkeypatch.setattr(
+        Cluster,
+        "_spawn",
+        lambda self, name, argv, cores=None, nice=0: (
+            spawned.update({name: argv}) or lowered.update({name: nice})
+        ),
+    )
+
+    def started(**spec) -> tuple[dict, str]:
+        spawned.clear()
+        lowered.clear()
+        Cluster(ClusterSpec(model="-", workdir=tmp_path, threads_per_process=1, **spec)).start()
+        [tail] = [a for a in spawned["rollout-0"] if a.startswith("tail_nice=")]
+        return lowered, tail
+
+    nice, tail = started(environment={"env": "calculator"}, background_nice=19)
+    assert (nice["reward"], nice["env"], nice["learner"], nice["rollout-0"]) == (19, 19, 0, 0)
+    if len(os.sched_getaffinity(0)) > 1:  # the worker pinned, the learner's cores its background
+        assert tail == "tail_nice=19"
+    # no background cores: the tail beside its engine, never below it
+    assert started(rollout_cpu_bind="nobind", background_nice=19)[1] == "tail_nice=0"
+    assert started() == ({n: 0 for n in nice if n != "env"}, "tail_nice=0")  # off by default

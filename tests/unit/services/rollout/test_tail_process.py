@@ -15,6 +15,7 @@ from concurrent import futures
 import grpc
 import pytest
 
+from brorl import priority
 from brorl import queue as q
 from brorl.cluster import REDIS_URL
 from brorl.v1 import common_pb2, reward_pb2_grpc
@@ -164,3 +165,20 @@ def test_the_service_runs_its_tails_in_a_process_on_its_background_cores():
     finally:
         tail.close()
     assert tail_process(config.model_copy(update={"tail_process": False}), WorkerStats()) is None
+
+
+def test_a_lowered_tail_runs_in_a_session_of_its_own_below_the_worker():
+    from services.rollout.server import tail_process
+
+    ours = priority.autogroup_nice(os.getpid())
+    config = RolloutServiceConfig(model="unused", tail_nice=13)
+    tail = tail_process(config, WorkerStats())
+    try:
+        wait_until(lambda: os.getsid(tail.pid) == tail.pid, what="the child's own session")
+        wait_until(lambda: os.getpriority(os.PRIO_PROCESS, tail.pid) == 13, what="its nice value")
+        if priority.autogroups_on():  # the priority that counts against other sessions
+            wait_until(lambda: priority.autogroup_nice(tail.pid) == 13, what="its autogroup's")
+    finally:
+        tail.close()
+    assert not tail._proc.is_alive()  # stopped by its pid, outside our process group
+    assert priority.autogroup_nice(os.getpid()) == ours
