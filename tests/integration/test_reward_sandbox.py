@@ -1,11 +1,11 @@
 """Malicious completions in the code sandbox, through a real gRPC server on port 0.
 
 Each must score 0 with a status saying why, within its limits, and the service must keep serving.
-Limits are small on purpose (this machine is shared): 1 s wall/CPU, 32 processes, 128 MB. The
-throughput test, the honest solutions and the tampering cases use ``code_roomy`` (10 s): on a
-loaded machine one job can take more than 1 s of wall time (two tampering cases that exit at
-once were scored "timeout" after 2.1 and 4.9 s while the suite ran three lanes), and those tests
-are about concurrency and the checker, not limits.
+Limits: 32 processes and 128 MB in both functions; ``code`` (1 s wall/CPU) only for the tests
+that expect a time limit, ``code_roomy`` (10 s wall, 5 s CPU) for every test that expects a
+verdict: on a loaded machine one job can take more than 1 s of wall time (two tampering cases
+that exit at once were scored "timeout" after 2.1 and 4.9 s while the suite ran three lanes; a
+fork bomb that raises at once, after more than 1 s beside the suite's other lane).
 """
 
 import json
@@ -67,7 +67,7 @@ def stub():
         del os.environ["BRORL_TEST_SECRET"]
 
 
-def score(stub, *codes, reference=TESTS, timeout=60, fn="code"):
+def score(stub, *codes, reference=TESTS, timeout=60, fn="code_roomy"):
     items = [
         reward_pb2.ScoreRequest(id=str(i), completion=c, reference=reference)
         for i, c in enumerate(codes)
@@ -110,22 +110,21 @@ def test_good_code_passes(stub):
 
 
 def test_infinite_loop_times_out(stub):
-    [r], took = score(stub, "def add(a, b):\n    while True:\n        pass\nadd(1, 2)\n")
+    [r], took = score(stub, "def add(a, b):\n    while True:\n        pass\nadd(1, 2)\n", fn="code")
     assert (r.reward, r.status) == (0.0, "timeout") and "limit" in r.detail
     assert took < 10
     assert_still_serving(stub)
 
 
 def test_fork_bomb_is_contained(stub):
-    # It ends when its first process's fork fails. With 32 processes contending, that took more
-    # than the 1 s wall beside the suite's other lane ("timeout" in CI): the roomier function.
-    [raised], took = score(stub, "import os\nwhile True:\n    os.fork()\n", fn="code_roomy")
+    # it ends when its first process's fork fails
+    [raised], took = score(stub, "import os\nwhile True:\n    os.fork()\n")
     assert (raised.reward, raised.status) == (0, "error") and "process limit (32" in raised.detail
     assert took < 15
     swallows = (
         "import os\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n        pass\n"
     )
-    [spun], took = score(stub, swallows)
+    [spun], took = score(stub, swallows, fn="code")
     assert (spun.reward, spun.status) == (0, "timeout")  # it spins until the wall
     assert took < 15
     assert_still_serving(stub)
@@ -243,7 +242,7 @@ def test_forged_reports_do_not_count(stub):
 
 def test_512_paths_concurrently(stub):
     codes = [GOOD if i % 4 else "def add(a, b):\n    return a - b\n" for i in range(512)]
-    results, took = score(stub, *codes, timeout=120, fn="code_roomy")
+    results, took = score(stub, *codes, timeout=120)
     assert [r.reward for r in results] == [1.0 if i % 4 else 0.0 for i in range(512)]
     assert all(r.status == "ok" for r in results)
     assert took < 60
@@ -260,7 +259,7 @@ def tampering_items():
 @pytest.mark.parametrize("kind", list(HONEST))
 def test_honest_solutions_still_pass(stub, kind):
     code, reference = HONEST[kind]
-    [r], _ = score(stub, textwrap.dedent(code), reference=json.dumps(reference), fn="code_roomy")
+    [r], _ = score(stub, textwrap.dedent(code), reference=json.dumps(reference))
     assert (r.reward, r.status) == (1.0, "ok"), r
 
 
@@ -268,13 +267,13 @@ def test_honest_solutions_still_pass(stub, kind):
 def test_tampering_scores_zero(stub, kind):
     code, tests = TAMPERING[kind]
     reference = json.dumps({"tests": tests})
-    [r], _ = score(stub, textwrap.dedent(code), reference=reference, fn="code_roomy")
+    [r], _ = score(stub, textwrap.dedent(code), reference=reference)
     assert r.reward == 0.0 and r.status in ("ok", "error"), r
 
 
 def test_tampering_scores_zero_in_guard_mode():
     """The fallback isolation runs the same two processes: the checker is out of reach there too."""
-    fn = CodeReward("code", CodeSpec(mode="binary", isolation="guard", wall_s=2.0, concurrency=4))
+    fn = CodeReward("code", CodeSpec(mode="binary", isolation="guard", wall_s=10.0, concurrency=4))
     try:
         scores = fn.score_batch(tampering_items())
         assert fn.pool.isolation == "guard"

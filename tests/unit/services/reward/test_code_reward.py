@@ -153,7 +153,8 @@ def test_limits_and_denials_score_zero_with_the_reason():
 
 def test_guard_mode_refuses_network_writes_and_processes(tmp_path):
     """Guard mode is the fallback without root; it must refuse these through its audit hook."""
-    fn = CodeReward("code", CodeSpec(isolation="guard", wall_s=2.0, concurrency=2))
+    # wall_s: a verdict is expected from each, never the wall (a loaded machine's jobs took 2-5 s)
+    fn = CodeReward("code", CodeSpec(isolation="guard", wall_s=10.0, concurrency=2))
     target = tmp_path / "pwned"
     tmp_path.chmod(0o777)
     ref = json.dumps({"tests": ["assert True"]})

@@ -191,7 +191,7 @@ def test_hostile_input_when_the_length_limit_lets_it_through():
     for text, expected in cases.items():
         got, seconds = cpu(lambda: verdict(text, "2,3,4:14", **wide))
         assert got == expected, (text[:30], got)
-        assert seconds < 1.0, (text[:30], seconds)
+        assert seconds < 3.0, (text[:30], seconds)  # linear; a quadratic scan takes minutes
     assert verdict("(" * 33 + "2+3*4" + ")" * 33, "2,3,4:14", **wide) == Verdict.TOO_DEEP
     # deep nesting is read without recursion, whatever the limit
     deep = "(" * 5000 + "2+3*4" + ")" * 5000

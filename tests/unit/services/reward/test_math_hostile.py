@@ -16,7 +16,8 @@ from services.reward.config import MathAnswerSpec
 from services.reward.functions.math_verifier import MathAnswer
 from services.reward.functions.math_workers import WorkerPool
 
-LIMIT_S = 1.0
+# a fresh worker's first normal comparisons took over 1 s beside the suite's clusters
+LIMIT_S = 3.0
 NORMAL = ScoreItem("n", "", "so \\boxed{\\frac{\\sqrt{2}}{2}}", "\\frac{1}{\\sqrt{2}}")
 HOSTILE = {
     "power tower": "\\boxed{9^{9^{9^{9}}}}",
@@ -71,7 +72,7 @@ def test_the_power_tower_times_out_and_the_worker_is_replaced(fn):
     fn._workers().start()
     restarts = fn._workers().restarts
     [s] = fn.score_batch([ScoreItem("h", "", HOSTILE["power tower"], "1")])
-    assert s.status == RewardStatus.TIMEOUT and "exceeded 1 s" in s.detail
+    assert s.status == RewardStatus.TIMEOUT and f"exceeded {LIMIT_S:g} s" in s.detail
     assert fn._workers().restarts == restarts + 1
 
 

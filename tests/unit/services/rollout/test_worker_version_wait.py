@@ -58,7 +58,7 @@ def test_a_job_whose_version_is_out_is_sampled_at_once(run):
     put_job(channels, i=1)  # 0: asks for nothing
     start = time.monotonic()
     worker.step()
-    assert time.monotonic() - start < 0.2
+    assert time.monotonic() - start < 5  # not held: a hold lasts version_wait_s (600 s)
     published = groups(channels)
     assert [g.weight_version for g in published] == [1, 1]
     assert all(g.stats["rollout/version_wait_s"] == 0 for g in published)
