@@ -39,7 +39,7 @@ class FakeJudge(BaseHTTPRequestHandler):
         )
         FakeJudge.calls[key] = FakeJudge.calls.get(key, 0) + 1
         if key == "SLOW":
-            time.sleep(1.0)
+            time.sleep(4.0)  # beyond both attempts' timeout
         if key == "FLAKY" and FakeJudge.calls[key] == 1:
             return self._send(503, {"error": "overloaded"})
         if key == "HTTP400":
@@ -90,7 +90,7 @@ def test_judge_through_grpc(fake_url, monkeypatch):
                 "type": "judge",
                 "base_url": fake_url,
                 "api_key_env": "BRORL_TEST_JUDGE_KEY",
-                "timeout_s": 0.4,
+                "timeout_s": 1.5,  # an answer that is not SLOW comes well within it, loaded or not
                 "retries": 1,
                 "backoff_s": 0.05,
                 "concurrency": 4,
