@@ -66,18 +66,21 @@ def cmd_cluster(args) -> int:
     )
     try:
         with Cluster(spec) as cluster:
-            pids = ", ".join(f"{p.name} {p.popen.pid}" for p in cluster.procs)
-            print(
-                f"cluster ready: learner {cluster.learner_address}, "
-                f"reward {cluster.reward_address}, rollout "
-                f"{', '.join(cluster.rollout_address(i) for i in range(args.workers)) or '-'}; "
-                f"pids: {pids}; logs in {cluster.logs}",
-                flush=True,
-            )
-            metrics = ", ".join(f"{n} {u}" for n, u in cluster.metrics_urls().items())
-            print(f"metrics: {metrics} (Prometheus targets: {spec.workdir}/{FILE_SD})", flush=True)
-            print("Ctrl-C stops every process.", flush=True)
+            # from here on an interrupt is the orderly stop (exit 0), even one that arrives while
+            # the ready lines are printed: a script may signal as soon as it has read them
             try:
+                pids = ", ".join(f"{p.name} {p.popen.pid}" for p in cluster.procs)
+                rollouts = ", ".join(cluster.rollout_address(i) for i in range(args.workers))
+                print(
+                    f"cluster ready: learner {cluster.learner_address}, "
+                    f"reward {cluster.reward_address}, rollout {rollouts or '-'}; "
+                    f"pids: {pids}; logs in {cluster.logs}",
+                    flush=True,
+                )
+                metrics = ", ".join(f"{n} {u}" for n, u in cluster.metrics_urls().items())
+                targets = f"Prometheus targets: {spec.workdir}/{FILE_SD}"
+                print(f"metrics: {metrics} ({targets})", flush=True)
+                print("Ctrl-C stops every process.", flush=True)
                 while True:
                     cluster.check_alive()
                     time.sleep(1.0)
