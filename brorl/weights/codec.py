@@ -8,10 +8,11 @@ and a hash of the bits identifies a tensor. Two file kinds (docs/weights.md):
   Hugging Face and vLLM load as it is;
 * delta ``delta.bin``: per changed tensor, the XOR of its bits against the previous version,
   either sparse (gaps between changed indices + the XOR values) or dense (the whole XOR), as
-  byte planes compressed with zlib (a dense XOR's noisy low planes stored as they are). XOR
-  makes applying a delta its own inverse.
+  byte planes compressed with zstd. XOR makes applying a delta its own inverse. Deltas whose
+  planes were deflated (zlib, ``BRDELTA1``: what brorl wrote before) are still read.
 
-Torch-free (numpy + zlib + hashlib), so the learner and the rollout engine share one codec.
+Torch-free (numpy + zstandard + zlib + hashlib), so the learner and the rollout engine share one
+codec.
 Shapes: every tensor is handled flat, ``(n,)``; its shape travels in the manifest.
 """
 
@@ -28,30 +29,24 @@ from pathlib import Path
 from typing import Callable, Iterable, TypeVar
 
 import numpy as np
+import zstandard
 
 # serving dtype -> (numpy bit type, safetensors dtype name)
 SERVING_DTYPES = {"bf16": (np.uint16, "BF16"), "fp32": (np.uint32, "F32")}
 KEYFRAME_FILE = "model.safetensors"
 DELTA_FILE = "delta.bin"
-_DELTA_MAGIC = b"BRDELTA1"
+_DELTA_MAGIC = b"BRDELTA2"  # blobs compressed with zstd
+_DEFLATED_MAGIC = b"BRDELTA1"  # blobs deflated (zlib): read, never written
 # Above this fraction of changed elements a dense XOR is smaller and faster than the sparse
 # form (bench/weights.py measured both: 0.35 vs 0.38 of full bf16 bytes at 75-98 % changed,
 # 0.015 vs 0.037 at 2 %).
 DENSE_ABOVE = 0.25
-_ZLIB_LEVEL = 1  # level 6 saves < 5 % more bytes at 2-4x the time (same measurement)
-# Deflate's run-length strategy (matches at distance 1 only) is still standard deflate, read by
-# any zlib. On a delta's planes it is both faster and smaller than the default strategy, whose
-# match search finds little beyond runs there: the mostly-zero high plane of an AdamW step 1.3x
-# faster and 0.06 instead of 0.09 of its size, a sparse delta 1.4-1.6x faster and 0.17-0.20
-# instead of 0.21-0.23 (a 1536 x 512 bf16 tensor, lr 1e-6 to 2e-4; docs/weights.md).
-_ZLIB_STRATEGY = zlib.Z_RLE
-# A dense XOR's low byte planes are close to noise when most elements moved by a few ulps (every
-# AdamW step at a usual lr): deflate takes 40x the time of a copy on them to save a quarter to a
-# third (docs/weights.md). A plane whose first _SAMPLE bytes deflate to more than _RAW_ABOVE of
-# their size is stored as it is ("xor_raw<k>": the k lowest planes raw, the rest deflated).
-_SAMPLE = 1 << 16
-_RAW_ABOVE = 0.5
-# Threads for per-tensor work: sha256, zlib and numpy's element loops release the GIL, so
+# zstd at level 1 against zlib's deflate (level 1, run-length strategy) on a delta's byte planes,
+# one core (docs/weights.md, "Compression"): 3-5x faster to write and 4-5x faster to read at 2-15%
+# more bytes. It stores a block that does not compress (a dense XOR's noisy low plane after an
+# AdamW step) as it is, by itself, so no plane needs to be sampled first.
+_ZSTD_LEVEL = 1
+# Threads for per-tensor work: sha256, zstd and numpy's element loops release the GIL, so
 # tensors are rounded, hashed and diffed side by side (docs/weights.md, "Measured").
 THREADS = max(1, min(4, len(os.sched_getaffinity(0))))
 _POOL_NAME = "weight-codec"
@@ -195,31 +190,26 @@ def _unplanes(raw: bytes, dtype, n: int) -> np.ndarray:
     return out.astype(dtype, copy=False)
 
 
-def _dense(x: np.ndarray) -> tuple[str, bytes]:
-    """(encoding, blob) of a whole (n,) XOR: its byte planes deflated, the low ones that are
-    close to noise stored as they are ("xor_raw<k>")."""
-    planes, n = memoryview(_planes(x)), x.size
-    k = 0
-    while k < x.dtype.itemsize - 1:
-        sample = planes[k * n : k * n + min(n, _SAMPLE)]
-        if len(_deflate(sample)) <= _RAW_ABOVE * len(sample):
-            break
-        k += 1
-    rest = _deflate(planes[k * n :])
-    return ("xor", rest) if k == 0 else (f"xor_raw{k}", planes[: k * n].tobytes() + rest)
+def _pack(data) -> bytes:
+    """``data`` as one zstd frame that records its size and a checksum of its content (a
+    compressor per call: they are not thread-safe, and one costs microseconds)."""
+    return zstandard.ZstdCompressor(level=_ZSTD_LEVEL, write_checksum=True).compress(data)
 
 
-def _deflate(data) -> bytes:
-    """``data`` deflated (a zlib stream) at the codec's level and strategy."""
-    packer = zlib.compressobj(_ZLIB_LEVEL, zlib.DEFLATED, zlib.MAX_WBITS, 8, _ZLIB_STRATEGY)
-    return packer.compress(data) + packer.flush()
-
-
-def _inflate(blob: bytes) -> bytes:
+def _unpack(blob, size: int, deflated: bool) -> bytes:
+    """The ``size`` bytes a blob holds (``deflated``: a zlib stream, else a zstd frame)."""
     try:
-        return zlib.decompress(blob)
-    except zlib.error as exc:
+        if deflated:
+            raw = zlib.decompress(blob)
+        elif zstandard.frame_content_size(blob) != size:
+            raise CodecError(f"delta blob does not hold the {size} bytes expected")
+        else:
+            raw = zstandard.ZstdDecompressor().decompress(blob)
+    except (zlib.error, zstandard.ZstdError) as exc:
         raise CodecError(f"delta blob does not decompress: {exc}") from None
+    if len(raw) != size:
+        raise CodecError(f"delta blob holds {len(raw)} bytes, expected {size}")
+    return raw
 
 
 def encode_tensor(old: np.ndarray, new: np.ndarray) -> tuple[str, int, bytes] | None:
@@ -227,35 +217,42 @@ def encode_tensor(old: np.ndarray, new: np.ndarray) -> tuple[str, int, bytes] | 
     if old.shape != new.shape or old.dtype != new.dtype:
         raise CodecError(f"shape/dtype changed: {old.shape} {old.dtype} -> {new.shape} {new.dtype}")
     old, new = old.ravel(), new.ravel()  # (n,)
-    # nonzero over a bool mask is ~2.5x faster than over the uint16 XOR itself
-    idx = np.flatnonzero(old != new)  # (c,)
-    if idx.size == 0:
+    moved = old != new  # (n,) bool
+    # counted first: the indices of a dense change (most of an AdamW step's elements) are an
+    # int64 array 4x the tensor's bf16 bytes, which took 17x the count's time to build
+    changed = int(np.count_nonzero(moved))
+    if changed == 0:
         return None
-    if idx.size > DENSE_ABOVE * old.size:
-        enc, blob = _dense(np.bitwise_xor(old, new))  # of the (n,) XOR
-        return enc, int(idx.size), blob
+    if changed > DENSE_ABOVE * old.size:
+        return "xor", changed, _pack(_planes(np.bitwise_xor(old, new)))  # of the (n,) XOR
+    # nonzero over a bool mask is ~2.5x faster than over the uint16 XOR itself
+    idx = np.flatnonzero(moved)  # (c,)
     if old.size > np.iinfo(np.uint32).max:
         raise CodecError(f"tensor of {old.size} elements: sparse deltas index with uint32")
     gaps = np.diff(idx, prepend=0).astype(np.uint32)  # (c,) first index, then distances >= 1
     x = np.bitwise_xor(old[idx], new[idx])  # (c,)
-    return "sparse", int(idx.size), _deflate(_planes(gaps) + _planes(x))
+    return "sparse", changed, _pack(_planes(gaps) + _planes(x))
 
 
 def decode_tensor(
-    enc: str, changed: int, blob: bytes, n: int, dtype
+    enc: str, changed: int, blob, n: int, dtype, deflated: bool = False
 ) -> tuple[np.ndarray, np.ndarray | None]:
     """(values, indices) of an XOR delta over a tensor of ``n`` elements; indices None means
-    dense (values has n elements)."""
-    if enc == "xor" or enc.startswith("xor_raw"):
-        k = int(enc[7:]) if enc[7:].isdigit() else 0
-        if enc != "xor" and not 0 < k < np.dtype(dtype).itemsize:
+    dense (values has n elements). ``deflated``: a blob of a ``BRDELTA1`` file."""
+    k = np.dtype(dtype).itemsize
+    if enc == "xor":
+        return _unplanes(_unpack(blob, k * n, deflated), dtype, n), None
+    if deflated and enc.startswith("xor_raw"):  # its k lowest planes stored as they are
+        raw = int(enc[7:]) if enc[7:].isdigit() else 0
+        if not 0 < raw < k:
             raise CodecError(f"unknown encoding {enc!r} for {np.dtype(dtype).name} bits")
-        if len(blob) < k * n:
-            raise CodecError(f"delta blob of {len(blob)} bytes holds no {k} raw planes of {n}")
-        return _unplanes(blob[: k * n] + _inflate(blob[k * n :]), dtype, n), None
-    raw = _inflate(blob)
+        if len(blob) < raw * n:
+            raise CodecError(f"delta blob of {len(blob)} bytes holds no {raw} raw planes of {n}")
+        rest = _unpack(blob[raw * n :], (k - raw) * n, deflated)
+        return _unplanes(bytes(blob[: raw * n]) + rest, dtype, n), None
     if enc != "sparse" or not 0 < changed <= n:
         raise CodecError(f"unknown encoding {enc!r} or count {changed} (of {n})")
+    raw = _unpack(blob, (4 + k) * changed, deflated)
     width = 4 * changed
     gaps = _unplanes(raw[:width], np.uint32, changed)
     values = _unplanes(raw[width:], dtype, changed)
@@ -305,7 +302,8 @@ def decode_delta(
 ) -> dict[str, tuple[np.ndarray, np.ndarray | None]]:
     """Every changed tensor's (values, indices) from a delta file, checked against the shapes
     of ``tensors`` (the state it applies to) before anything is applied."""
-    if payload[: len(_DELTA_MAGIC)] != _DELTA_MAGIC:
+    magic = payload[: len(_DELTA_MAGIC)]
+    if magic not in (_DELTA_MAGIC, _DEFLATED_MAGIC):
         raise CodecError("not a brorl delta file (bad magic)")
     start = len(_DELTA_MAGIC) + 8
     try:
@@ -319,6 +317,8 @@ def decode_delta(
         if name not in tensors:
             raise CodecError(f"delta names tensor {name!r} the state lacks")
         bits = tensors[name]
-        blob = bytes(body[e["offset"] : e["offset"] + e["length"]])
-        out[name] = decode_tensor(e["enc"], e["changed"], blob, bits.size, bits.dtype)
+        blob = body[e["offset"] : e["offset"] + e["length"]]
+        out[name] = decode_tensor(
+            e["enc"], e["changed"], blob, bits.size, bits.dtype, magic == _DEFLATED_MAGIC
+        )
     return out

@@ -3,7 +3,9 @@ reference, keyframes as real safetensors files, corrupt input refused."""
 
 from __future__ import annotations
 
+import json
 import struct
+import zlib
 
 import numpy as np
 import pytest
@@ -126,16 +128,15 @@ def test_sparse_and_dense_encodings_are_chosen_by_density():
 
 
 @pytest.mark.parametrize("dtype", [np.uint16, np.uint32])
-def test_a_dense_xor_stores_its_noisy_low_planes_and_deflates_the_rest(dtype):
+def test_a_dense_xor_costs_about_its_noisy_low_plane(dtype):
     rng = np.random.default_rng(3)
     n, k = 200_000, np.dtype(dtype).itemsize
     old = rng.integers(0, np.iinfo(dtype).max, n, dtype=dtype)
     # as after an AdamW step: every element's last bits move, so the XOR's low byte is noise
     ulps = old ^ rng.integers(1, 256, n).astype(dtype)
     enc, changed, blob = codec.encode_tensor(old, ulps)
-    assert enc == "xor_raw1" and changed == n
-    assert n < len(blob) < n + 0.01 * (k - 1) * n  # the low plane raw, the others ~nothing
-    # a sparse-looking dense XOR: the low byte mostly zero too, so every plane is deflated
+    assert enc == "xor" and changed == n
+    assert n < len(blob) < n + 0.01 * (k - 1) * n  # the low plane as it is, the others ~nothing
     ones = old ^ (rng.random(n) < 0.3).astype(dtype)
     assert codec.encode_tensor(old, ones)[0] == "xor"
     for new in (ulps, ones):
@@ -162,18 +163,75 @@ def test_byte_planes_are_the_files_layout_whatever_the_byte_order(dtype, n):
     )
 
 
+def deflated_delta(old: dict, new: dict) -> bytes:
+    """A delta file as brorl wrote it before zstd (``BRDELTA1``, zlib blobs): a dense XOR's low
+    plane stored as it is (``xor_raw1``), sparse tensors as gaps and values."""
+    entries, blobs, offset = {}, [], 0
+    for name in old:
+        o, x = old[name].ravel(), np.bitwise_xor(old[name].ravel(), new[name].ravel())
+        idx = np.flatnonzero(x)
+        if idx.size > 0.25 * o.size:
+            planes = codec._planes(x)
+            enc, blob = "xor_raw1", planes[: o.size] + zlib.compress(planes[o.size :])
+        else:
+            gaps = np.diff(idx, prepend=0).astype(np.uint32)
+            enc, blob = "sparse", zlib.compress(codec._planes(gaps) + codec._planes(x[idx]))
+        entries[name] = {
+            "enc": enc,
+            "changed": int(idx.size),
+            "offset": offset,
+            "length": len(blob),
+        }
+        blobs.append(blob)
+        offset += len(blob)
+    header = json.dumps({"tensors": entries}).encode()
+    return b"BRDELTA1" + struct.pack("<Q", len(header)) + header + b"".join(blobs)
+
+
+def test_a_deflated_delta_of_an_earlier_brorl_is_still_read():
+    rng = np.random.default_rng(5)
+    old = {
+        "dense": rng.integers(0, 2**16, 1000, dtype=np.uint16),
+        "sparse": np.zeros(999, np.uint16),
+    }
+    new = {"dense": old["dense"] ^ rng.integers(1, 256, 1000).astype(np.uint16)}
+    new["sparse"] = mutate(old["sparse"], 0.05, 1)
+    state = {n: b.copy() for n, b in old.items()}
+    for name, (values, idx) in codec.decode_delta(deflated_delta(old, new), state).items():
+        codec.xor_into(state[name], values, idx)
+    assert all(np.array_equal(state[n], new[n]) for n in old)
+
+
 def test_a_malformed_raw_plane_encoding_is_refused():
     old = np.arange(1000, dtype=np.uint16)
-    enc, changed, blob = codec.encode_tensor(
-        old, old ^ np.random.default_rng(0).integers(1, 256, 1000).astype(np.uint16)
+    new = old ^ np.random.default_rng(0).integers(1, 256, 1000).astype(np.uint16)
+    planes = codec._planes(old ^ new)
+    blob = planes[:1000] + zlib.compress(planes[1000:])
+    assert np.array_equal(
+        codec.decode_tensor("xor_raw1", 1000, blob, 1000, np.uint16, True)[0], old ^ new
     )
-    assert enc == "xor_raw1"
     with pytest.raises(codec.CodecError, match="unknown encoding"):
-        codec.decode_tensor("xor_raw2", changed, blob, 1000, np.uint16)
+        codec.decode_tensor("xor_raw2", 1000, blob, 1000, np.uint16, deflated=True)
+    with pytest.raises(codec.CodecError, match="unknown encoding"):  # only in a deflated file
+        codec.decode_tensor("xor_raw1", 1000, blob, 1000, np.uint16)
     with pytest.raises(codec.CodecError, match="raw planes"):
-        codec.decode_tensor(enc, changed, blob[:500], 1000, np.uint16)
+        codec.decode_tensor("xor_raw1", 1000, blob[:500], 1000, np.uint16, deflated=True)
     with pytest.raises(codec.CodecError, match="decompress"):
-        codec.decode_tensor(enc, changed, blob[:1000] + b"junk", 1000, np.uint16)
+        codec.decode_tensor("xor_raw1", 1000, blob[:1000] + b"junk", 1000, np.uint16, True)
+
+
+def test_a_blob_of_another_size_or_with_a_flipped_byte_is_refused():
+    x = np.arange(1000, dtype=np.uint16)
+    blob = codec._pack(codec._planes(x))
+    assert np.array_equal(codec.decode_tensor("xor", 1000, blob, 1000, np.uint16)[0], x)
+    with pytest.raises(codec.CodecError, match="expected"):
+        codec.decode_tensor("xor", 1000, blob, 999, np.uint16)
+    with pytest.raises(codec.CodecError, match="decompress"):  # a zlib blob in a zstd file
+        codec.decode_tensor("xor", 1000, zlib.compress(codec._planes(x)), 1000, np.uint16)
+    flipped = bytearray(blob)
+    flipped[len(blob) // 2] ^= 0x01  # the frame's checksum catches it
+    with pytest.raises(codec.CodecError, match="decompress"):
+        codec.decode_tensor("xor", 1000, bytes(flipped), 1000, np.uint16)
 
 
 def test_keyframe_is_a_safetensors_file_torch_loads(tmp_path):
@@ -246,11 +304,9 @@ def test_corrupt_deltas_are_refused_before_anything_is_applied():
 
 
 def test_sparse_blobs_with_repeated_or_out_of_range_indices_are_refused():
-    import zlib
-
     def blob(gaps, values):
         g, v = np.array(gaps, np.uint32), np.array(values, np.uint16)
-        return zlib.compress(codec._planes(g) + codec._planes(v))
+        return codec._pack(codec._planes(g) + codec._planes(v))
 
     values, idx = codec.decode_tensor("sparse", 2, blob([1, 2], [5, 6]), 4, np.uint16)
     assert idx.tolist() == [1, 3] and values.tolist() == [5, 6]
