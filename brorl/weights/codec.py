@@ -243,13 +243,13 @@ def decode_tensor(
     if enc == "xor":
         return _unplanes(_unpack(blob, k * n, deflated), dtype, n), None
     if deflated and enc.startswith("xor_raw"):  # its k lowest planes stored as they are
-        raw = int(enc[7:]) if enc[7:].isdigit() else 0
-        if not 0 < raw < k:
+        stored = int(enc[7:]) if enc[7:].isdigit() else 0
+        if not 0 < stored < k:
             raise CodecError(f"unknown encoding {enc!r} for {np.dtype(dtype).name} bits")
-        if len(blob) < raw * n:
-            raise CodecError(f"delta blob of {len(blob)} bytes holds no {raw} raw planes of {n}")
-        rest = _unpack(blob[raw * n :], (k - raw) * n, deflated)
-        return _unplanes(bytes(blob[: raw * n]) + rest, dtype, n), None
+        if len(blob) < stored * n:
+            raise CodecError(f"delta blob of {len(blob)} bytes holds no {stored} raw planes of {n}")
+        rest = _unpack(blob[stored * n :], (k - stored) * n, deflated)
+        return _unplanes(bytes(blob[: stored * n]) + rest, dtype, n), None
     if enc != "sparse" or not 0 < changed <= n:
         raise CodecError(f"unknown encoding {enc!r} or count {changed} (of {n})")
     raw = _unpack(blob, (4 + k) * changed, deflated)
