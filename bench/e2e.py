@@ -31,6 +31,12 @@ Reported:
   seconds (below), the pace of a learner that never waits; ``bottleneck_ratio`` = paths_per_s /
   the slower of the two alone (the pipeline ratio when the rollout bounds the run; where the
   learner does, as in the long shape, the share of the learner's own pace the pipeline keeps);
+* ``work_bound_paths_per_s``: what the cores could train if the two stages shared them with no
+  loss, the machine's cores ÷ the core-seconds a path costs the rollout alone (on its engines'
+  cores) and the learner alone (on its thread's); ``work_bound_ratio`` (``steady_…``) =
+  paths_per_s / it: the yardstick where the learner is the slower stage and no pipeline can
+  reach the rollout's pace (bench/pipeline/bound.py; a bound, counted high where scoring is a
+  large share of a path);
 * ``steady_paths_per_s``, ``steady_pipeline_ratio``, ``steady_bottleneck_ratio``: the same from
   the end of the first step to the last (``steady_rate``): without the pipeline's fill, the
   first step's wait for the run's first groups (vLLM's first calls, the first reload), which
@@ -86,6 +92,7 @@ from bench import stdout_to_stderr  # noqa: E402
 from demo import long_shape  # noqa: E402
 from bench.learner_update import run_update  # noqa: E402
 from bench.peak import peak_gemm_flops  # noqa: E402
+from bench.pipeline.bound import stage_cores, work_bound  # noqa: E402
 from bench.pipeline.steps import learner_compute, step_phases, steady_rate  # noqa: E402
 from bench.baselines.worker_loop import worker_loop_alone  # noqa: E402
 from brorl.cluster import REDIS_URL  # noqa: E402
@@ -105,7 +112,8 @@ KEYS = ("bench", "cluster_start_s", "rl_s", "paths_per_s", "trained_paths_per_s"
         "learner_alone_paths_per_s", "bottleneck_ratio", "steady_paths_per_s",
         "steady_pipeline_ratio", "steady_bottleneck_ratio", "worker_alone_paths_per_s",
         "worker_pipeline_ratio", "steady_worker_pipeline_ratio", "accuracy_curve",
-        "seconds_to_target", "learner_update_runnable_share")  # fmt: skip
+        "seconds_to_target", "learner_update_runnable_share", "work_bound_paths_per_s",
+        "work_bound_ratio", "steady_work_bound_ratio")  # fmt: skip
 
 
 def forward_dtype(autocast: str) -> str:
@@ -289,6 +297,11 @@ def main() -> None:
         steady = steady_rate(
             [m["time"] for m in steps], [m["rollout/generated"] for m in steps], generated / rl_s
         )
+        machine = len(cluster.usable)
+        engines = [c for name, c in cluster.cores.items() if name.startswith("rollout-")]
+        rollout_cores = stage_cores(engines, cluster.threads or machine, machine)
+        learner_cores = max(cfg.threads_per_process, 1)  # the standalone update's threads
+        bound = work_bound(machine, rollout_cores, alone, learner_cores, learner_alone)
         generate = phases["rollout_generate_per_group"]
         reload_share = phases["rollout_reload_per_group"] / max(
             generate + phases["rollout_reload_per_group"], 1e-9
@@ -317,6 +330,9 @@ def main() -> None:
                 "steady_paths_per_s": steady,
                 "steady_pipeline_ratio": steady / alone,
                 "steady_bottleneck_ratio": steady / min(alone, learner_alone),
+                "work_bound_paths_per_s": bound,
+                "work_bound_ratio": generated / rl_s / bound,
+                "steady_work_bound_ratio": steady / bound,
                 "worker_alone_paths_per_s": loop_alone,
                 "worker_pipeline_ratio": generated / rl_s / loop_alone,
                 "steady_worker_pipeline_ratio": steady / loop_alone,

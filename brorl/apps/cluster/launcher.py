@@ -104,6 +104,9 @@ class Cluster:
         self.logs = spec.workdir / "logs"
         self.ports = spec.workdir / "ports"  # gRPC and metrics port files
         self.redis_url = spec.redis_url
+        # what start() placed: the cores it could use, and each service's (None: not pinned)
+        self.usable: list[int] = []
+        self.cores: dict[str, placement.Cores] = {}
 
     @functools.cached_property
     def threads(self) -> int:
@@ -224,6 +227,7 @@ class Cluster:
             worker_threads=threads,
             learner_threads=self.learner_ranks * int(learner.get("torch_threads") or threads),
         )
+        self.usable, self.cores = usable, cores
         self.ensure_redis()
         scrape_targets.empty_dir(self.ports)  # an earlier cluster's port files go
         reward = {
