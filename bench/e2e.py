@@ -263,7 +263,9 @@ def main() -> None:
         params = _parameters(inputs.model)
         epochs, minibatches = run_cfg.train.passes()  # a pass reads each position once
         flops = 6 * params * epochs * compute.positions / max(compute.seconds, 1e-9)
-        peak = peak_gemm_flops(max(cfg.threads_per_process, 1))
+        # the learner's threads: the standalone update's, its peak's, and the cores it runs on
+        learner_threads = max(cfg.threads_per_process, 1)
+        peak = peak_gemm_flops(learner_threads)
         completion, padded = compute.mean_completion, compute.padded_completion
         prompt_tokens = _prompt_tokens(inputs.model, prompts[0]["prompt"]) if long else 6
         log("the same update alone ...")
@@ -271,7 +273,7 @@ def main() -> None:
             REPO,
             str(inputs.model),
             SimpleNamespace(
-                threads=max(cfg.threads_per_process, 1),
+                threads=learner_threads,
                 groups=run_cfg.train.groups_per_step,
                 n=run_cfg.sampling.n,
                 steps=3,
@@ -300,8 +302,7 @@ def main() -> None:
         machine = len(cluster.usable)
         engines = [c for name, c in cluster.cores.items() if name.startswith("rollout-")]
         rollout_cores = stage_cores(engines, cluster.threads or machine, machine)
-        learner_cores = max(cfg.threads_per_process, 1)  # the standalone update's threads
-        bound = work_bound(machine, rollout_cores, alone, learner_cores, learner_alone)
+        bound = work_bound(machine, rollout_cores, alone, learner_threads, learner_alone)
         generate = phases["rollout_generate_per_group"]
         reload_share = phases["rollout_reload_per_group"] / max(
             generate + phases["rollout_reload_per_group"], 1e-9
