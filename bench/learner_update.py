@@ -7,7 +7,10 @@ FLOP/s measured in the same run. Prints ONE JSON object.
 The workload is the demo's shape: the demo's tiny Qwen2 (0.8 M parameters, random weights),
 ``--groups`` groups of ``--n`` paths, a 6-token prompt per group, completions of 2-6 tokens,
 rewards 0/1, temperature 1, no top-k/top-p, and each revision's own ``micro_batch_paths``
-from its configs/demo.yaml unless ``--micro-batch`` is given. Each revision runs in its own
+from its configs/demo.yaml unless ``--micro-batch`` is given. ``--shape long`` takes the
+realistic shape's instead (demo/long_shape.py: its 24 M model, 2 groups of 64 paths, a 146-token
+prompt, completions of 40-48 tokens, micro-batches of 32, ``autocast native``); a flag given
+still wins. Each revision runs in its own
 subprocess (its own checkout on ``sys.path``); revisions alternate ``--repeats`` times and the
 best time of each counts (the machine is shared: the minimum is the least disturbed run).
 
@@ -93,6 +96,31 @@ print(json.dumps({"seconds": times, "compute_seconds": compute,
 """
 
 
+# each shape's settings: run_update's spec where no flag gives one (micro_batch 0: the demo's)
+SHAPES = {
+    "demo": {"groups": 4, "n": 512, "micro_batch": 0, "autocast": "auto"},
+    "long": {
+        "groups": 2,
+        "n": 64,
+        "micro_batch": 32,
+        "autocast": "native",
+        "prompt_tokens": 146,
+        "completion_tokens": (40, 48),
+    },
+}
+
+
+def make_model(shape: str, work: Path) -> Path:
+    """The shape's model, random weights, under ``work``."""
+    if shape == "long":
+        from demo import long_shape
+
+        return long_shape.make_inputs(work, n_prompts=1)[0]
+    from demo.model import create_tiny_model
+
+    return create_tiny_model(work / "model")
+
+
 def demo_micro_batch(checkout: Path) -> int:
     """The revision's own demo setting (configs/demo.yaml: run.train.micro_batch_paths)."""
     import yaml
@@ -141,25 +169,28 @@ def run_update(checkout: Path, model: str, args) -> dict:
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--baseline", default="", help="git revision to compare with (e.g. a commit)")
-    p.add_argument("--groups", type=int, default=4)
-    p.add_argument("--n", type=int, default=512)
-    p.add_argument("--micro-batch", type=int, default=0, help="0: configs/demo.yaml's")
+    p.add_argument("--shape", choices=sorted(SHAPES), default="demo", help="the workload")
+    p.add_argument("--groups", type=int, default=None, help="default: the shape's")
+    p.add_argument("--n", type=int, default=None, help="default: the shape's")
+    p.add_argument("--micro-batch", type=int, default=None, help="0: configs/demo.yaml's")
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--steps", type=int, default=3, help="timed updates per run")
     p.add_argument(
         "--autocast",
         choices=("auto", "native", "bf16", "fp32"),
-        default="auto",
-        help="train.autocast: the forward's dtype (auto: fp32 on CPU)",
+        default=None,
+        help="train.autocast: the forward's dtype (auto: fp32 on CPU; default: the shape's)",
     )
     p.add_argument("--repeats", type=int, default=2, help="alternating runs per revision")
     args = p.parse_args()
+    for key, value in SHAPES[args.shape].items():  # the shape's settings where no flag is given
+        if getattr(args, key, None) is None:
+            setattr(args, key, value)
     sys.path.insert(0, str(REPO))
     from bench.peak import peak_gemm_flops
-    from demo.model import create_tiny_model
 
     with tempfile.TemporaryDirectory() as tmp:
-        model = str(create_tiny_model(Path(tmp) / "model"))
+        model = str(make_model(args.shape, Path(tmp)))
         checkouts = {"current": REPO}
         if args.baseline:
             base = Path(tmp) / "baseline"
@@ -197,6 +228,7 @@ def main() -> None:
     paths = args.groups * args.n
     result = {
         "bench": "learner_update",
+        "shape": args.shape,
         "threads": args.threads,
         "autocast": args.autocast,
         "groups": args.groups,

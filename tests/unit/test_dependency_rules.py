@@ -308,3 +308,24 @@ def test_the_priority_module_is_standard_library_only():
     starts a thread: it may load nothing that starts one or is heavy."""
     tops = {n.split(".")[0] for n in imports_of(ROOT / "brorl" / "priority.py")}
     assert tops <= set(sys.stdlib_module_names) | {"__future__"}, tops
+
+
+def test_hugging_faces_attention_registry_has_one_owner():
+    """The learner's attention (services/learner/model/prefix_attention.py) is registered with
+    Hugging Face's attention and mask registries in that module only, and it imports no other
+    learner module: the forward (forward.py) and the loader (pretrained.py) use it, not the
+    reverse."""
+    owner = "services/learner/model/prefix_attention.py"
+    for path in ROOT.glob("**/*.py"):
+        rel = str(path.relative_to(ROOT))
+        if rel.startswith(("tests/", ".")) or rel == owner:
+            continue
+        text = path.read_text()
+        names = imports_of(path)
+        assert "transformers.masking_utils" not in names, f"{rel} imports transformers' masks"
+        assert "AttentionInterface" not in text, f"{rel} names Hugging Face's attention registry"
+    mod = module_name(ROOT / owner)
+    names = imported_names(ROOT / owner, mod)
+    assert {n.split(".")[0] for n in names} <= {
+        "__future__", "contextlib", "contextvars", "typing", "torch", "transformers",
+    }, names  # fmt: skip

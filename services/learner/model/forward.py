@@ -3,9 +3,11 @@ once, and every completion continues from its key/value cache, instead of the pr
 recomputed for each of the group's paths (with N = 512 paths of a few tokens after a prompt
 of similar length, that is most of the work; docs/performance.md).
 
-The prompt's cache is expanded to the chunk's b paths as a view: autograd sums the paths'
-gradients back into the one prompt computation, so the gradients equal those of running
-every path's full sequence (``completion_logits_reference``, the test oracle).
+Under the learner's CPU attention (prefix_attention.py) every path's queries read the one
+prompt's keys and values; under another (SDPA on CUDA) the prompt's cache is expanded to the
+chunk's b paths as a view. Either way autograd sums the paths' gradients back into the one prompt
+computation, so the gradients equal those of running every path's full sequence
+(``completion_logits_reference``, the test oracle).
 
 Shapes: b paths, P prompt tokens, C completion positions, V vocabulary.
 """
@@ -14,6 +16,7 @@ from __future__ import annotations
 
 import torch
 
+from services.learner.model import prefix_attention
 from services.learner.model.batch import Batch
 
 
@@ -39,19 +42,26 @@ def completion_outputs(model, batch: Batch, read) -> torch.Tensor:
     first = read(out)[:, -1:, :].expand(b, 1, -1)  # (b, 1, D): predicts completion token 0
     if C == 1:
         return first
-    cache = _expanded(out.past_key_values, b)
     P = prompt.shape[1]
     positions = torch.arange(P, P + C - 1, device=prompt.device)[None, :].expand(b, -1)  # (b, C-1)
     # Right padding needs no attention mask: a real token never attends to a later pad.
-    rest = read(
-        model(
-            input_ids=batch.targets[:, :-1],
-            position_ids=positions,
-            past_key_values=cache,
-            use_cache=False,
-        )
-    )  # (b, C-1, D)
+    continuation = dict(input_ids=batch.targets[:, :-1], position_ids=positions, use_cache=False)
+    if _shares_prompt(model):
+        # the prompt's keys and values read once by every path (prefix_attention.py)
+        layers = [(layer.keys, layer.values) for layer in out.past_key_values.layers]
+        with prefix_attention.shared_prompt(layers):
+            rest = read(model(**continuation))  # (b, C-1, D)
+    else:
+        rest = read(model(**continuation, past_key_values=_expanded(out.past_key_values, b)))
     return torch.cat([first, rest], dim=1)
+
+
+def _shares_prompt(model) -> bool:
+    """Whether ``model`` (or the module a DeepSpeed engine wraps) runs prefix_attention's shared
+    prompt: loaded with it, and no layer under a sliding window (its prompt block has no mask)."""
+    config = getattr(model, "module", model).config
+    sliding = "sliding_attention" in (getattr(config, "layer_types", None) or ())
+    return getattr(config, "_attn_implementation", "") == prefix_attention.ATTENTION and not sliding
 
 
 def completion_logits_reference(model, batch: Batch) -> torch.Tensor:

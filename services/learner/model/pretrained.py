@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import torch
 
+from services.learner.model import prefix_attention
+
 
 def attention_backend() -> str:
-    """On CPU the eager attention beats SDPA's kernels at the few-token lengths RL paths have
-    here (docs/performance.md); on CUDA SDPA is the faster one."""
-    return "sdpa" if torch.cuda.is_available() else "eager"
+    """On CPU eager attention beats SDPA's kernels at the few-token lengths RL paths have here,
+    and prefix_attention's beats eager (docs/performance.md); on CUDA SDPA is the faster one."""
+    return "sdpa" if torch.cuda.is_available() else prefix_attention.ATTENTION
 
 
 def causal_lm(model_dir: str):

@@ -170,6 +170,15 @@ def test_benchmark_prints_one_json_object_with_its_keys(name, request, tmp_path)
     one_json_object(proc, documented_keys(name))
 
 
+def test_the_learner_update_runs_at_the_realistic_shape():
+    """``--shape long`` takes demo/long_shape.py's model and settings (its 24 M parameters)."""
+    args = ["--shape", "long", "--groups", "1", "--n", "2", "--steps", "1", "--repeats", "1"]
+    proc = run(["bench/learner_update.py", *args], 300)
+    obj = one_json_object(proc, documented_keys("learner_update"))
+    assert obj["shape"] == "long" and obj["autocast"] == "native"
+    assert obj["parameters"] > 20e6 and obj["current"]["micro_batch_paths"] == 32
+
+
 @pytest.mark.parametrize(
     "name", [n for n, smoke in SMOKE.items() if pytest.mark.bench in smoke.marks]
 )

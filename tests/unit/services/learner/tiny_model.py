@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 
-def tiny_qwen2(vocab: int = 21, attention: str = "eager", seed: int = 0):
+def tiny_qwen2(vocab: int = 21, attention: str = "eager", seed: int = 0, sliding_window: int = 0):
+    """``sliding_window``: every layer attends to at most that many positions back (0: all)."""
     import torch
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
@@ -18,5 +19,8 @@ def tiny_qwen2(vocab: int = 21, attention: str = "eager", seed: int = 0):
         max_position_embeddings=64,
         tie_word_embeddings=True,
         attn_implementation=attention,
+        use_sliding_window=sliding_window > 0,
+        sliding_window=sliding_window or None,
+        max_window_layers=0,
     )
     return Qwen2ForCausalLM(config).float()

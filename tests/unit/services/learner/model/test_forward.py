@@ -11,6 +11,7 @@ import torch
 from brorl.v1 import common_pb2
 from services.learner.model.batch import advantages_of, build_batches
 from services.learner.model.forward import completion_logits, completion_logits_reference
+from services.learner.model.prefix_attention import ATTENTION
 from tests.unit.services.learner.tiny_model import tiny_qwen2
 
 
@@ -34,7 +35,7 @@ def irregular_groups(seed: int = 0) -> list[common_pb2.PathGroup]:
     return groups
 
 
-@pytest.mark.parametrize("attention", ["eager", "sdpa"])
+@pytest.mark.parametrize("attention", ["eager", "sdpa", ATTENTION])
 @pytest.mark.parametrize("max_paths", [1, 3, 64])
 def test_prefix_shared_logits_equal_full_sequence_logits(attention, max_paths):
     model = tiny_qwen2(attention=attention).eval()
@@ -48,11 +49,12 @@ def test_prefix_shared_logits_equal_full_sequence_logits(attention, max_paths):
         assert torch.allclose(got[mask], want[mask], atol=1e-5, rtol=1e-5)
 
 
-def test_prefix_shared_gradients_equal_full_sequence_gradients():
+@pytest.mark.parametrize("attention", ["eager", ATTENTION])
+def test_prefix_shared_gradients_equal_full_sequence_gradients(attention):
     groups = irregular_groups(seed=1)
     grads = []
     for forward in (completion_logits, completion_logits_reference):
-        model = tiny_qwen2(seed=3)
+        model = tiny_qwen2(seed=3, attention=attention)
         for batch in build_batches(groups, advantages_of(groups, True), pad_id=0, max_paths=3):
             logp = torch.log_softmax(forward(model, batch), -1)
             picked = logp.gather(-1, batch.targets[..., None]).squeeze(-1)  # (b, C)
@@ -60,6 +62,17 @@ def test_prefix_shared_gradients_equal_full_sequence_gradients():
         grads.append({n: p.grad.clone() for n, p in model.named_parameters()})
     for name, want in grads[1].items():
         assert torch.allclose(grads[0][name], want, atol=1e-6, rtol=1e-4), name
+
+
+def test_under_a_sliding_window_the_cache_is_expanded_and_the_logits_still_agree():
+    model = tiny_qwen2(attention=ATTENTION, sliding_window=3).eval()
+    assert "sliding_attention" in model.config.layer_types
+    groups = irregular_groups(seed=2)
+    for batch in build_batches(groups, advantages_of(groups, True), pad_id=0, max_paths=4):
+        with torch.no_grad():
+            got, want = completion_logits(model, batch), completion_logits_reference(model, batch)
+        mask = batch.loss_mask.bool()
+        assert torch.allclose(got[mask], want[mask], atol=1e-5, rtol=1e-5)
 
 
 def test_a_prefix_shared_chunk_runs_fewer_positions():
