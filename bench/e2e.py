@@ -55,9 +55,11 @@ Reported:
   step, micro-batch, epochs, minibatches, autocast and threads; synthetic completions as long as the
   run's on average and padded to the run's length, ``completion_range``; the same forward +
   backward + optimizer phases; default lr and no KL) timed alone after the cluster stopped
-  (bench/learner_update.py), and ``learner_in_pipeline_ratio`` = in-pipeline ÷ alone; both
-  sides sum the updates after a process's first (the standalone's first is an untimed warm-up,
-  the pipeline's pays the first backward and optimizer step: bench/pipeline/steps.py); the peak
+  (bench/learner_update.py; as many updates as fit 10 s at the pipeline's mean, 3 to the run's
+  count: ``LearnerCompute.standalone_updates``), and ``learner_in_pipeline_ratio`` =
+  in-pipeline ÷ alone; both sides sum the updates after a process's first (the standalone's
+  first is an untimed warm-up, the pipeline's pays the first backward and optimizer step:
+  bench/pipeline/steps.py); the peak
   is fp32's, also under ``learner_autocast`` bf16 (the run's train.autocast;
   ``learner_forward_dtype``: what it came to on this machine's CPU, bf16 or fp32);
 * ``learner_update_runnable_share``: of the pipeline's update seconds, those its training thread
@@ -276,7 +278,7 @@ def main() -> None:
                 threads=learner_threads,
                 groups=run_cfg.train.groups_per_step,
                 n=run_cfg.sampling.n,
-                steps=3,
+                steps=compute.standalone_updates,
                 micro_batch=run_cfg.train.micro_batch_paths,
                 # the run's shape: its prompt length, and completions as long as the run's on
                 # average and padded as long as the run's micro-batches were

@@ -49,6 +49,10 @@ def step_phases(steps: list[dict], worker_alone_generate: float) -> dict[str, fl
     return phases
 
 
+# seconds of compute the standalone update is given to time (LearnerCompute.standalone_updates)
+STANDALONE_BUDGET_S = 10.0
+
+
 @dataclass(frozen=True)
 class LearnerCompute:
     """The learner's updates in the pipeline, the first one left out where there are more: it
@@ -62,6 +66,16 @@ class LearnerCompute:
     paths: float  # every update's, the first included
     tokens: float  # completion tokens, every update's
     every_positions: float  # every update's positions, the first included
+    updates: int = 1  # the updates timed (seconds, positions, update_s are theirs)
+
+    @property
+    def standalone_updates(self) -> int:
+        """Updates for the standalone side to time: as many as fit ``STANDALONE_BUDGET_S`` at
+        the pipeline's mean, at least 3, at most as many as the pipeline timed. A demo_fast
+        update is ~0.25 s: three of them moved the standalone figure by a fifth between runs."""
+        mean = self.seconds / max(self.updates, 1)
+        fit = int(STANDALONE_BUDGET_S / max(mean, 1e-9))
+        return max(3, min(self.updates, fit))
 
     @property
     def runnable_share(self) -> float:
@@ -89,6 +103,7 @@ def learner_compute(steps: list[dict]) -> LearnerCompute:
         paths=sum(m.get("learner/paths", 0.0) for m in steps),
         tokens=sum(m.get("learner/tokens", 0.0) for m in steps),
         every_positions=sum(m.get("learner/positions", 0.0) for m in steps),
+        updates=len(timed),
     )
 
 

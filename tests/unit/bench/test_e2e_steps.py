@@ -59,6 +59,17 @@ def test_a_run_of_one_update_times_that_update():
     assert got.runnable_share == pytest.approx(0.25)
 
 
+def test_the_standalone_side_times_as_many_updates_as_fit_its_budget():
+    short = [step(0.05, 0.1, 0.05, 900.0, 0.25, 0.0) for _ in range(31)]  # 0.2 s each
+    assert learner_compute(short).updates == 30
+    assert learner_compute(short).standalone_updates == 30  # 30 x 0.2 s fits 10 s
+    assert learner_compute(short[:4]).standalone_updates == 3  # never more than the run's
+    tiny = [step(0.0625, 0.03125, 0.03125, 900.0, 0.2, 0.0) for _ in range(400)]  # 0.125 s each
+    assert learner_compute(tiny).standalone_updates == 80  # 80 x 0.125 s = 10 s
+    long = [step(1.4, 2.3, 0.05, 9000.0, 3.8, 0.1) for _ in range(24)]  # 3.75 s each
+    assert learner_compute(long).standalone_updates == 3  # at least three
+
+
 def test_a_learner_without_schedstat_has_no_runnable_share():
     steps = [step(0.1, 0.2, 0.05, 900.0, 0.4, 0.1) for _ in range(3)]
     for m in steps:
