@@ -83,7 +83,7 @@ def _grouped(query, key, value, mask, scaling, dropout):
 def _after_prompt(query, key, value, prompt_keys, prompt_values, mask, scaling, dropout):
     """Each path's queries against the shared prompt's keys and its own: one softmax over both.
     Everything runs in the layout (k, b, g*q, ...), a key/value head's rows of every path
-    together, so the prompt's blocks are single multiplies and the split needs no copy."""
+    together, so each of the prompt's blocks is a single multiply."""
     b, h, q, d = query.shape
     k, P = prompt_keys.shape[1], prompt_keys.shape[2]
     rows = (h // k) * q  # a path's query rows under one key/value head
