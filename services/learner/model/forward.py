@@ -46,7 +46,7 @@ def completion_outputs(model, batch: Batch, read) -> torch.Tensor:
     positions = torch.arange(P, P + C - 1, device=prompt.device)[None, :].expand(b, -1)  # (b, C-1)
     # Right padding needs no attention mask: a real token never attends to a later pad.
     continuation = dict(input_ids=batch.targets[:, :-1], position_ids=positions, use_cache=False)
-    if _shares_prompt(model):
+    if prefix_attention.serves_shared_prompt(model):
         # the prompt's keys and values read once by every path (prefix_attention.py)
         layers = [(layer.keys, layer.values) for layer in out.past_key_values.layers]
         with prefix_attention.shared_prompt(layers):
@@ -54,14 +54,6 @@ def completion_outputs(model, batch: Batch, read) -> torch.Tensor:
     else:
         rest = read(model(**continuation, past_key_values=_expanded(out.past_key_values, b)))
     return torch.cat([first, rest], dim=1)
-
-
-def _shares_prompt(model) -> bool:
-    """Whether ``model`` (or the module a DeepSpeed engine wraps) runs prefix_attention's shared
-    prompt: loaded with it, and no layer under a sliding window (its prompt block has no mask)."""
-    config = getattr(model, "module", model).config
-    sliding = "sliding_attention" in (getattr(config, "layer_types", None) or ())
-    return getattr(config, "_attn_implementation", "") == prefix_attention.ATTENTION and not sliding
 
 
 def completion_logits_reference(model, batch: Batch) -> torch.Tensor:

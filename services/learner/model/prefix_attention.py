@@ -52,6 +52,15 @@ def shared_prompt(layers: Sequence[tuple[torch.Tensor, torch.Tensor]]):
         _PROMPT.reset(token)
 
 
+def serves_shared_prompt(model) -> bool:
+    """Whether ``model`` (or the module a DeepSpeed engine wraps) can run a continuation under
+    ``shared_prompt``: loaded with ``ATTENTION``, and no layer under a sliding window (the
+    prompt's block has no mask to hold one)."""
+    config = getattr(model, "module", model).config
+    sliding = "sliding_attention" in (getattr(config, "layer_types", None) or ())
+    return getattr(config, "_attn_implementation", "") == ATTENTION and not sliding
+
+
 def attention(module, query, key, value, attention_mask, scaling, dropout=0.0, **kwargs):
     """Hugging Face's attention interface: query (b, h, q, d), key and value (b, k, s, d) as the
     layer made them, the eager mask (b, 1, q, s) added to the scores or None; returns the
@@ -61,7 +70,7 @@ def attention(module, query, key, value, attention_mask, scaling, dropout=0.0, *
     if prompt is None:  # a sliding window, if the layer has one, is in the mask
         return _grouped(query, key, value, attention_mask, scaling, dropout), None
     if kwargs.get("sliding_window") is not None:
-        raise ValueError("a shared prompt under a sliding window (forward.py expands the cache)")
+        raise ValueError("a shared prompt under a sliding window (see serves_shared_prompt)")
     keys, values = prompt[module.layer_idx]
     return _after_prompt(query, key, value, keys, values, attention_mask, scaling, dropout), None
 
@@ -86,13 +95,14 @@ def _after_prompt(query, key, value, prompt_keys, prompt_values, mask, scaling, 
     together, so each of the prompt's blocks is a single multiply."""
     b, h, q, d = query.shape
     k, P = prompt_keys.shape[1], prompt_keys.shape[2]
-    rows = (h // k) * q  # a path's query rows under one key/value head
+    g = h // k
+    rows = g * q  # a path's query rows under one key/value head
     # (k, b, g*q, d); scaled as in _grouped
     qk = (query * scaling).reshape(b, k, rows, d).transpose(0, 1).contiguous()
     on_prompt = torch.matmul(qk.view(k, b * rows, d), prompt_keys[0].transpose(1, 2))
     own_keys = key.transpose(0, 1).reshape(k * b, q, d)  # (k*b, q, d)
     on_own = torch.bmm(qk.view(k * b, rows, d), own_keys.transpose(1, 2))  # (k*b, g*q, q)
-    on_own = on_own.view(k, b, rows // q, q, q)
+    on_own = on_own.view(k, b, g, q, q)
     if mask is not None:  # the continuation's causal mask (b, 1, q, q)
         on_own = on_own + mask.transpose(0, 1)[:, :, None]
     scores = torch.cat([on_prompt.view(k, b, rows, P), on_own.view(k, b, rows, q)], dim=-1)
@@ -101,7 +111,7 @@ def _after_prompt(query, key, value, prompt_keys, prompt_values, mask, scaling, 
     own_values = value.transpose(0, 1).reshape(k * b, q, d)  # (k*b, q, d)
     out = out.view(k * b, rows, d) + torch.bmm(from_own.reshape(k * b, rows, q), own_values)
     # (k, b, g, q, d) -> (b, q, k, g, d) = (b, q, h, d)
-    return out.view(k, b, h // k, q, d).permute(1, 3, 0, 2, 4).reshape(b, q, h, d)
+    return out.view(k, b, g, q, d).permute(1, 3, 0, 2, 4).reshape(b, q, h, d)
 
 
 def _softmax(scores, dtype, dropout):
