@@ -152,6 +152,12 @@ class TrainConfig(StrictModel):
     micro_batch_paths: int = Field(
         256, ge=1, description="Paths per forward/backward chunk (memory bound)."
     )
+    prompt_once: bool = Field(
+        True,
+        description="Run a group's prompt once per optimizer step for all of its chunks "
+        "(services/learner/model/prompt_once.py) instead of once per chunk; at ZeRO stages 0 and 1 "
+        "(2 and 3 run a prompt per chunk).",
+    )
     autocast: Literal["auto", "native", "bf16", "fp32"] = Field(
         "auto",
         description="The forward's compute dtype (weights, optimizer and loss math stay fp32): "

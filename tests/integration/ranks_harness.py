@@ -109,6 +109,7 @@ def main(argv=None) -> int:
     ap.add_argument("--updates", type=int, default=3)
     ap.add_argument("--checkpoint-at", type=int, default=0)
     ap.add_argument("--resume", default="")
+    ap.add_argument("--prompt-per-chunk", action="store_true", help="train.prompt_once off")
     args = ap.parse_args(argv)
     import torch
 
@@ -130,6 +131,7 @@ def main(argv=None) -> int:
                 "optimizer": args.optimizer,
                 "onebit_freeze_steps": args.freeze,
                 "ppo": {"epochs": 2, "minibatches": 3},  # under ppo: 6 optimizer steps a step
+                "prompt_once": not args.prompt_per_chunk,
             },
         }
     )

@@ -329,3 +329,16 @@ def test_hugging_faces_attention_registry_has_one_owner():
     assert {n.split(".")[0] for n in names} <= {
         "__future__", "contextlib", "contextvars", "typing", "torch", "transformers",
     }, names  # fmt: skip
+
+
+def test_sharing_a_groups_prompt_knows_no_engine_or_model():
+    """services/learner/model/prompt_once.py shares a group's prompt pass between its chunks
+    through plain autograd (leaves, a surrogate term): it imports no DeepSpeed and no Hugging Face
+    model, and of the learner only the forward (forward.py) and the batch (batch.py); the policy
+    uses it, not the reverse. Whether an engine allows it (its ZeRO stage) is the policy's call."""
+    path = ROOT / "services" / "learner" / "model" / "prompt_once.py"
+    names = imported_names(path, module_name(path))
+    assert not {n.split(".")[0] for n in names} & {"deepspeed", "transformers", "grpc", "redis"}
+    learner = {n for n in names if n.startswith("services.")}
+    allowed = ("services.learner.model.forward", "services.learner.model.batch")
+    assert all(n.startswith(allowed) or n == "services.learner.model" for n in learner), learner

@@ -3,8 +3,8 @@
 Every path of a group continues the same prompt, so a batch is a *chunk of one group*: the
 prompt once, and the chunk's completions right-padded to the chunk's own longest one. A
 group's paths are sorted by completion length before they are cut into chunks of at most
-``max_paths``, so little is padded and the prompt is run once per chunk (losses.py), not once
-per path.
+``max_paths``, so little is padded and the prompt is run once per chunk (forward.py; once per
+group in the policy's update, prompt_once.py), not once per path.
 
 Shapes: b paths in the chunk, P prompt tokens, C = the chunk's longest completion.
 """

@@ -9,13 +9,16 @@ import torch
 from kernels import token_logprobs_entropy, truncated_logprobs_entropy
 from services.learner.algo.surrogate import surrogate_loss
 from services.learner.model.batch import Batch
-from services.learner.model.forward import completion_logits
+from services.learner.model.forward import PromptPass, completion_logits
 
 
-def token_logprobs(model, batch: Batch) -> tuple[torch.Tensor, torch.Tensor]:
+def token_logprobs(
+    model, batch: Batch, prompt: PromptPass | None = None
+) -> tuple[torch.Tensor, torch.Tensor]:
     """(B, T) log-probs of the batch's targets and (B, T) entropies under each path's sampling
-    distribution: temperature, then the same top-k / top-p cut-off. T: completion positions."""
-    logits = completion_logits(model, batch)  # (B, T, V)
+    distribution: temperature, then the same top-k / top-p cut-off. T: completion positions.
+    ``prompt``: the group's prompt already run (prompt_once.py); else the chunk runs it."""
+    logits = completion_logits(model, batch, prompt)  # (B, T, V)
     temps = batch.temperature
     truncated = bool((batch.top_k > 0).any() or (batch.top_p < 1).any())
     if truncated:  # chunked over positions: no (B, T, V) temporaries (kernels.cutoffs: the rule)
@@ -27,11 +30,11 @@ def token_logprobs(model, batch: Batch) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 def policy_loss(
-    model, batch: Batch, train, ref_model=None
+    model, batch: Batch, train, ref_model=None, prompt: PromptPass | None = None
 ) -> tuple[torch.Tensor, dict[str, float]]:
     """Loss (token mean over the micro-batch) and detached statistics; the reference model
-    runs only when the KL has a weight (``train.kl_coef`` > 0)."""
-    logp, entropy = token_logprobs(model, batch)  # (B, T), (B, T)
+    runs only when the KL has a weight (``train.kl_coef`` > 0), with its own prompt pass."""
+    logp, entropy = token_logprobs(model, batch, prompt)  # (B, T), (B, T)
     ref_logp = None
     if ref_model is not None and train.kl_coef > 0:
         with torch.no_grad():

@@ -32,6 +32,7 @@ from services.learner.model.batch import (
 )
 from services.learner.model.critic import Critic
 from services.learner.model.losses import policy_loss, token_logprobs
+from services.learner.model.prompt_once import GroupPrompts, prompt_positions
 from services.learner.publish import export_final
 
 log = logging.getLogger(__name__)
@@ -167,6 +168,9 @@ class Policy:
             for k, v in out.items():
                 sums[k] += v / len(parts)
         sums.update({f"learner/{k}_s": v for k, v in clock.seconds.items()})
+        prompts = [c.prompt_ids.shape[0] for c in chunks]  # positions run once per pass
+        indices = [c.group_index for c in chunks]
+        shared = sum(prompts) - prompt_positions(indices, prompts, self._prompt_once())
         rewards = [p.reward for g in groups for p in g.paths]
         if self.ref_model is not None:
             sums["learner/kl_coef"] = coef
@@ -176,7 +180,7 @@ class Policy:
                 "learner/reward_mean": sum(rewards) / len(rewards),
                 "learner/paths": float(len(rewards)),
                 "learner/tokens": float(max(sum(c.tokens for c in chunks), 1)),
-                "learner/positions": float(sum(c.positions for c in chunks)),
+                "learner/positions": float(sum(c.positions for c in chunks) - shared),
                 "learner/chunks": float(len(chunks)),
                 "learner/optimizer_steps": float(len(parts)),
                 "learner/adv_std": float(adv.std()) if len(adv) > 1 else 0.0,
@@ -199,12 +203,14 @@ class Policy:
         # A KL in the reward of a token-level estimator is in its advantages already.
         ref = None if self._kl_in_token_advantages(step_train) else self.ref_model
         sums: Counter = Counter()
+        prompts = GroupPrompts([chunks[i].group_index for i, _ in share], self._prompt_once())
         for j, (i, scale) in enumerate(share):
             self.before_chunk()
             chunk = at_least_two_positions(chunks[i], self.pad_id) if same_calls else chunks[i]
             chunk = chunk.to(self.device)
             with self._forward_context():
-                loss, stats = policy_loss(self.engine, chunk, step_train, ref)
+                prompt = prompts.prompt_for(j, self.engine, chunk)
+                loss, stats = policy_loss(self.engine, chunk, step_train, ref, prompt)
                 if self.critic is not None:
                     value_loss, value_stats = self.critic.loss(chunk)
                     stats.update(value_stats)
@@ -217,7 +223,8 @@ class Policy:
             weight = chunk.tokens / denominator  # chunk loss is its token mean
             last = j == len(share) - 1
             self.engine.set_gradient_accumulation_boundary(last)
-            self.engine.backward(loss * (weight * scale))
+            self.engine.backward(loss * (weight * scale) + prompts.surrogate(j, chunk.group_index))
+            prompts.collect(j, chunk.group_index)
             if self.critic is not None:  # the value loss: a token mean over ``chunks`` too
                 self.critic.backward(value_loss, chunk.tokens / tokens * scale, last)
             clock.lap("backward")
@@ -236,6 +243,10 @@ class Policy:
             sums = Counter(deepspeed_engine.sum_over_ranks(dict(sums)))
             sums["learner/grad_norm"] = grad_norm
         return sums
+
+    def _prompt_once(self) -> bool:
+        """Whether a group's chunks share one prompt pass (prompt_once.py): at ZeRO 0 and 1."""
+        return self.train.prompt_once and self.engine.zero_optimization_stage() < 2
 
     def _kl_in_reward(self, train) -> bool:
         return self.ref_model is not None and train.kl_in == "reward" and train.kl_coef > 0

@@ -183,6 +183,9 @@ class FakeEngine:
     def step(self):
         pass
 
+    def zero_optimization_stage(self):
+        return 0
+
 
 @pytest.mark.parametrize("estimator", estimators.GROUP_ESTIMATORS)
 def test_the_run_configs_estimator_reaches_the_update(estimator, monkeypatch):
@@ -190,7 +193,8 @@ def test_the_run_configs_estimator_reaches_the_update(estimator, monkeypatch):
         {
             "model": "m",
             "data": {"train_path": "x"},
-            "train": {"estimator": estimator, "micro_batch_paths": 2},
+            # prompt_once off: the fake loss runs no model (test_prompt_once.py covers it)
+            "train": {"estimator": estimator, "micro_batch_paths": 2, "prompt_once": False},
         }
     )
     assert RunConfig.model_validate(
@@ -203,7 +207,7 @@ def test_the_run_configs_estimator_reaches_the_update(estimator, monkeypatch):
         seen["estimators"].append(inputs.estimator)
         return real_compute(inputs)
 
-    def fake_loss(engine, chunk, train, ref_model):
+    def fake_loss(engine, chunk, train, ref_model, prompt=None):
         for row, i in enumerate(chunk.path_index.tolist()):
             seen["advantages"][(chunk.group_index, i)] = float(chunk.advantages[row])
         return torch.tensor(1.0), {"clip_frac": 0.5}  # token-mean loss 1 in every chunk
