@@ -168,9 +168,9 @@ class Policy:
             for k, v in out.items():
                 sums[k] += v / len(parts)
         sums.update({f"learner/{k}_s": v for k, v in clock.seconds.items()})
-        prompts = [c.prompt_ids.shape[0] for c in chunks]  # positions run once per pass
-        indices = [c.group_index for c in chunks]
-        shared = sum(prompts) - prompt_positions(indices, prompts, self._prompt_once())
+        # prompt positions a group's shared prompt pass saved (prompt_once.py; counted for one pass)
+        lengths, owners = [c.prompt_ids.shape[0] for c in chunks], [c.group_index for c in chunks]
+        shared = sum(lengths) - prompt_positions(owners, lengths, self._prompt_once())
         rewards = [p.reward for g in groups for p in g.paths]
         if self.ref_model is not None:
             sums["learner/kl_coef"] = coef
