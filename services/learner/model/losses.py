@@ -30,13 +30,19 @@ def token_logprobs(
 
 
 def policy_loss(
-    model, batch: Batch, train, ref_model=None, prompt: PromptPass | None = None
+    model,
+    batch: Batch,
+    train,
+    ref_model=None,
+    prompt: PromptPass | None = None,
+    ref_prompt: PromptPass | None = None,
 ) -> tuple[torch.Tensor, dict[str, float]]:
     """Loss (token mean over the micro-batch) and detached statistics; the reference model
-    runs only when the KL has a weight (``train.kl_coef`` > 0), with its own prompt pass."""
+    runs only when the KL has a weight (``train.kl_coef`` > 0). ``prompt`` / ``ref_prompt``: the
+    group's prompt already run by the model / the reference (prompt_once.py)."""
     logp, entropy = token_logprobs(model, batch, prompt)  # (B, T), (B, T)
     ref_logp = None
     if ref_model is not None and train.kl_coef > 0:
         with torch.no_grad():
-            ref_logp, _ = token_logprobs(ref_model, batch)
+            ref_logp, _ = token_logprobs(ref_model, batch, ref_prompt)
     return surrogate_loss(logp, entropy, batch, train, ref_logp)

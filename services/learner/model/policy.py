@@ -210,7 +210,9 @@ class Policy:
             chunk = chunk.to(self.device)
             with self._forward_context():
                 prompt = prompts.prompt_for(j, self.engine, chunk)
-                loss, stats = policy_loss(self.engine, chunk, step_train, ref, prompt)
+                kl_ref = ref if step_train.kl_coef > 0 else None  # policy_loss runs it then
+                ref_prompt = prompts.reference_for(j, kl_ref, chunk)
+                loss, stats = policy_loss(self.engine, chunk, step_train, ref, prompt, ref_prompt)
                 if self.critic is not None:
                     value_loss, value_stats = self.critic.loss(chunk)
                     stats.update(value_stats)

@@ -15,13 +15,16 @@ paths × 128 tokens is a third of every chunk's positions. Here the prompt runs 
   backward then carries the whole group's gradient through the prompt, and the update's backward
   calls stay one per chunk (DeepSpeed's gradient accumulation and reductions see no extra call).
 
-A group with one chunk in the step runs as before (its chunk makes its own prompt pass). The
-weights do not change within an optimizer step, so every chunk of a group reads the same prompt
-it would have computed. At ZeRO stages 0 and 1 only (Policy decides): ZeRO-2 counts the
-parameters' gradient hooks in each backward to know when to reduce, and a backward that also
-runs through a forward made for an earlier chunk breaks its count (DeepSpeed 0.19: an IndexError
-in its reduction's epilogue, two ranks); ZeRO-3 gathers the parameters in every forward, a
-collective the ranks must call alike.
+The reference model (``train.kl_coef`` > 0) runs the prompt once a group too, without
+gradients (``reference_for``). A group with one chunk in the step runs as before (its chunk
+makes its own prompt pass). The weights do not change within an optimizer step, so every chunk
+of a group reads the same prompt it would have computed.
+
+At ZeRO stages 0 and 1 only (Policy decides): ZeRO-2 counts the parameters' gradient hooks in
+each backward to know when to reduce, and a backward that also runs through a forward made for
+an earlier chunk breaks its count (DeepSpeed 0.19: an IndexError in its reduction's epilogue,
+two ranks); ZeRO-3 gathers the parameters in every forward, a collective the ranks must call
+alike.
 """
 
 from __future__ import annotations
@@ -46,6 +49,7 @@ class GroupPrompts:
         self._attached: dict[int, PromptPass] = {}
         self._leaves: dict[int, PromptPass] = {}
         self._summed: dict[int, list[torch.Tensor | None]] = {}
+        self._reference: dict[int, PromptPass] = {}  # the reference model's, without gradients
 
     def shared(self, group: int) -> bool:
         """Whether ``group``'s chunks share one prompt pass."""
@@ -66,6 +70,20 @@ class GroupPrompts:
             )
             self._summed[group] = [None] * len(attached.tensors())
         return self._attached[group] if j == self._last[group] else self._leaves[group]
+
+    def reference_for(self, j: int, ref_model, chunk: Batch) -> PromptPass | None:
+        """The reference model's prompt pass for the ``j``-th chunk (no gradients: one pass a
+        group, released at its last chunk); None where there is no reference model or the
+        chunk runs its own."""
+        group = chunk.group_index
+        if ref_model is None or not self.shared(group):
+            return None
+        if group not in self._reference:
+            with torch.no_grad():
+                self._reference[group] = forward.prompt_pass(
+                    ref_model, chunk.prompt_ids, forward.logits_of
+                )
+        return self._reference.pop(group) if j == self._last[group] else self._reference[group]
 
     def collect(self, j: int, group: int) -> None:
         """After the ``j``-th chunk's backward: its gradient at the leaves, summed in float32."""

@@ -207,7 +207,7 @@ def test_the_run_configs_estimator_reaches_the_update(estimator, monkeypatch):
         seen["estimators"].append(inputs.estimator)
         return real_compute(inputs)
 
-    def fake_loss(engine, chunk, train, ref_model, prompt=None):
+    def fake_loss(engine, chunk, train, ref_model, prompt=None, ref_prompt=None):
         for row, i in enumerate(chunk.path_index.tolist()):
             seen["advantages"][(chunk.group_index, i)] = float(chunk.advantages[row])
         return torch.tensor(1.0), {"clip_frac": 0.5}  # token-mean loss 1 in every chunk

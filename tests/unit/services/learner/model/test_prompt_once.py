@@ -33,17 +33,19 @@ def one_token_group() -> common_pb2.PathGroup:
     return g
 
 
-def gradients(model, chunks, order, shared: bool) -> tuple[list[float], torch.Tensor]:
+def gradients(
+    model, chunks, order, shared: bool, ref=None, train=None
+) -> tuple[list[float], torch.Tensor]:
     """The chunks' losses and the gradient of Σ loss × tokens, chunk by chunk in ``order``, as
-    Policy's loop runs them (one backward per chunk)."""
+    Policy's loop runs them (one backward per chunk); ``ref``: a reference model (train's KL)."""
     model.zero_grad(set_to_none=True)
     prompts = GroupPrompts([chunks[i].group_index for i in order], enabled=shared)
     losses = []
     for j, i in enumerate(order):
         chunk = chunks[i]
-        loss, _ = policy_loss(
-            model, chunk, TrainConfig(), None, prompts.prompt_for(j, model, chunk)
-        )
+        prompt = prompts.prompt_for(j, model, chunk)
+        ref_prompt = prompts.reference_for(j, ref, chunk)
+        loss, _ = policy_loss(model, chunk, train or TrainConfig(), ref, prompt, ref_prompt)
         (loss * chunk.tokens + prompts.surrogate(j, chunk.group_index)).backward()
         prompts.collect(j, chunk.group_index)
         losses.append(float(loss.detach()))
@@ -66,6 +68,24 @@ def test_a_shared_prompt_gives_the_gradients_of_a_prompt_per_chunk(attention, ma
     got_losses, got = gradients(model, chunks, order, shared=True)
     assert got_losses == pytest.approx(want_losses, rel=1e-5, abs=1e-6)
     assert torch.allclose(got, want, rtol=1e-4, atol=1e-6), float((got - want).abs().max())
+
+
+def test_the_reference_model_runs_a_groups_prompt_once_with_the_same_kl():
+    model, ref = tiny_qwen2(attention=ATTENTION), tiny_qwen2(attention=ATTENTION, seed=1)
+    ref.requires_grad_(False)
+    calls = []
+    ref.register_forward_hook(lambda _m, args, kwargs, _out: calls.append(kwargs), with_kwargs=True)
+    groups = irregular_groups()
+    chunks = build_batches(groups, advantages_of(groups, True), pad_id=0, max_paths=2)
+    order, train = list(range(len(chunks))), TrainConfig(kl_coef=0.5)
+    want_losses, want = gradients(model, chunks, order, False, ref, train)
+    per_chunk = len(calls)
+    calls.clear()
+    got_losses, got = gradients(model, chunks, order, True, ref, train)
+    assert got_losses == pytest.approx(want_losses, rel=1e-5, abs=1e-6)
+    assert torch.allclose(got, want, rtol=1e-4, atol=1e-6)
+    prompts_saved = sum(sum(c.group_index == g for c in chunks) - 1 for g in range(len(groups)))
+    assert prompts_saved > 0 and per_chunk - len(calls) == prompts_saved
 
 
 def test_a_sliding_window_model_shares_its_prompt_through_the_expanded_cache():

@@ -53,8 +53,9 @@ def test_the_reference_is_loaded_once_and_runs_once_per_chunk(tmp_path, loads, k
     ref.register_forward_hook(lambda *_: calls.append(1))
     for _ in range(3):
         out = policy.update(groups())  # 2 groups of 4 paths, chunks of <= 3: 4 chunks
-    # each chunk runs the reference on its prompt, then on the completions' continuation
-    assert len(calls) == 3 * 4 * 2
+    # the reference runs each group's prompt once (prompt_once.py), then every chunk's
+    # continuation of it
+    assert len(calls) == 3 * (2 + 4)
     assert out["learner/kl"] > 0 and out["learner/kl_coef"] == 0.1
     assert all(torch.equal(p, before[n]) for n, p in ref.named_parameters())
     assert loads == [str(tmp_path)] * 2
