@@ -25,7 +25,8 @@ def watch_run(client: LearnerClient, run_id: str, total: int, quiet: bool = Fals
         if "learner/reward_mean" in v:
             workers = sum(1 for k in v if k.startswith("rollout/paths_by/"))
             bar.set_postfix(
-                reward=f"{v['learner/reward_mean']:.3f}",
+                # the step's sampled paths (the update's own may be a subset: train.keep_paths)
+                reward=f"{v.get('reward/mean', v['learner/reward_mean']):.3f}",
                 version=int(v.get("learner/weight_version", 0)),
                 paths=int(v.get("rollout/paths", 0)),
                 workers=workers,

@@ -152,6 +152,19 @@ class TrainConfig(StrictModel):
     micro_batch_paths: int = Field(
         256, ge=1, description="Paths per forward/backward chunk (memory bound)."
     )
+    keep_paths: int = Field(
+        0,
+        ge=0,
+        description="Train on at most this many of each group's paths (0: all of them); the "
+        "group's advantages are computed over the kept ones. For a learner slower than its "
+        "rollout: sample wide, update on the informative part (PODS; "
+        "services/learner/algo/downsample.py, docs/algorithms.md). At least 2.",
+    )
+    keep_rule: Literal["max_variance", "random"] = Field(
+        "max_variance",
+        description="Which paths train.keep_paths keeps: 'max_variance' the subset whose rewards "
+        "vary the most (the highest and lowest rewards, balanced), 'random' a uniform draw.",
+    )
     prompt_once: bool = Field(
         True,
         description="Run a group's prompt once per optimizer step for all of its chunks "
@@ -195,6 +208,15 @@ class TrainConfig(StrictModel):
                 f"{epochs} epochs x {minibatches} minibatches take off_policy clip: several "
                 "optimizer steps on one step's paths need ratios against a fixed old policy "
                 "(the sampler's log-probs), and tis recomputes them every pass"
+            )
+        return self
+
+    @model_validator(mode="after")
+    def _a_kept_group_has_a_baseline(self):
+        if self.keep_paths == 1:
+            raise ValueError(
+                "keep_paths 1 leaves a group of one path, whose group baseline is itself (every "
+                "advantage 0): keep 0 (all paths) or at least 2"
             )
         return self
 

@@ -32,6 +32,7 @@ from brorl.streams import NEVER_RECLAIM_MS
 from brorl.config.run import RunConfig
 from brorl.sampling import DEFAULT_MAX_TOKENS
 from brorl.weights.store import WeightStore
+from services.learner.algo.downsample import keep_paths
 from services.learner.intake.dead_letters import DeadLetterWatch
 from services.learner.cores import CoreBorrowing
 from services.learner.feed.heldout import HeldoutEval
@@ -168,14 +169,14 @@ class Trainer:
         self.finish()
 
     def _update(self, groups) -> dict[str, float]:
-        """The policy's update of ``groups``, on the workers' cores too while they have nothing
-        to sample (checked between chunks and between the model's layers: cores.py,
-        model/layer_hooks.py), and this thread's seconds in it on a core and waiting for one
-        (observe/thread_clock.py; Linux)."""
+        """The policy's update of ``groups``, cut to train.keep_paths paths each
+        (algo/downsample.py), on the workers' cores too while they have nothing to sample (checked
+        between chunks and between the model's layers: cores.py, model/layer_hooks.py), and this
+        thread's seconds in it on a core and waiting for one (observe/thread_clock.py; Linux)."""
         clock = ThreadClock()
         clock.start()
         with between_layers(self.policy.model if self.cores.enabled else None, self.cores.refresh):
-            update = self.policy.update(groups)
+            update = self.policy.update(keep_paths(groups, self.cfg.train, self.step))
         self.cores.release()  # the jobs the next collect sends go to the workers' cores
         if (on_core := clock.stop()) is not None:
             update["learner/update_running_s"] = on_core.running_s

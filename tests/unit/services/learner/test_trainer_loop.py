@@ -287,3 +287,18 @@ def test_each_step_reports_the_updates_seconds_running_and_waiting_for_a_core(tm
         assert m["learner/update_runnable_s"] >= 0.0
         spent = m["learner/update_running_s"] + m["learner/update_runnable_s"]
         assert spent <= m["learner/update_s"] + 0.005
+
+
+def test_the_policy_trains_on_the_kept_paths_and_the_counters_see_every_path(tmp_path):
+    """train.keep_paths: each group of 8 (4 right, 4 wrong) reaches the update as 4 paths, 2 of
+    each (max_variance); the rollout's counters and the groups logged keep all 8."""
+    policy, steps, _ = run_trainer(
+        tmp_path, fake_rollout(mixed), sampling={"n": 8}, train={"keep_paths": 4}
+    )
+    trained = [g for update in policy.updates for g in update]
+    assert len(trained) == 6
+    for g in trained:
+        assert sorted(p.reward for p in g.paths) == [0.0, 0.0, 1.0, 1.0]
+        assert len({p.path_id for p in g.paths}) == 4
+    assert steps[-1]["rollout/paths"] == 6 * 8
+    assert steps[-1]["explore/eur"] == pytest.approx(0.5)
