@@ -277,7 +277,8 @@ def main() -> None:
             SimpleNamespace(
                 threads=learner_threads,
                 groups=run_cfg.train.groups_per_step,
-                n=run_cfg.sampling.n,
+                # the paths a group trains on (train.keep_paths of them, when it keeps fewer)
+                n=min(run_cfg.sampling.n, run_cfg.train.keep_paths or run_cfg.sampling.n),
                 steps=compute.standalone_updates,
                 micro_batch=run_cfg.train.micro_batch_paths,
                 # the run's shape: its prompt length, and completions as long as the run's on
