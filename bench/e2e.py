@@ -123,7 +123,7 @@ def forward_dtype(autocast: str) -> str:
     this CPU multiplies bf16 natively)."""
     import torch
 
-    from services.learner.model.policy import autocast_enabled
+    from services.learner.model.autocast import autocast_enabled
 
     return "bf16" if autocast_enabled(autocast, torch.device("cpu")) else "fp32"
 

@@ -60,6 +60,8 @@ fields = {k: args[k] for k in ("epochs", "minibatches") if args.get(k, 1) != 1}
 # the forward's dtype likewise only when not the default (train.autocast)
 if args.get("autocast", "auto") != "auto":
     fields["autocast"] = args["autocast"]
+if args.get("estimator", "grpo") != "grpo":  # ppo: a critic, and train.ppo's passes
+    fields["estimator"] = args["estimator"]
 train = TrainConfig(lr=2e-4, micro_batch_paths=args["micro_batch"], **fields)
 try:
     from services.learner.model.policy import Policy
@@ -152,6 +154,7 @@ def run_update(checkout: Path, model: str, args) -> dict:
         "epochs": getattr(args, "epochs", 1),
         "minibatches": getattr(args, "minibatches", 1),
         "autocast": getattr(args, "autocast", "auto"),
+        "estimator": getattr(args, "estimator", "grpo"),
     }
     out = subprocess.run(
         [sys.executable, "-c", RUNNER, json.dumps(spec)],
@@ -182,6 +185,12 @@ def main() -> None:
         help="train.autocast: the forward's dtype (auto: fp32 on CPU; default: the shape's)",
     )
     p.add_argument("--repeats", type=int, default=2, help="alternating runs per revision")
+    p.add_argument(
+        "--estimator",
+        default="grpo",
+        help="train.estimator (ppo: a critic and train.ppo's 4 epochs x 2 mini-batches; the FLOPs "
+        "still count one pass of the policy)",
+    )
     args = p.parse_args()
     for key, value in SHAPES[args.shape].items():  # the shape's settings where no flag is given
         if getattr(args, key, None) is None:
@@ -231,6 +240,7 @@ def main() -> None:
         "shape": args.shape,
         "threads": args.threads,
         "autocast": args.autocast,
+        "estimator": args.estimator,
         "groups": args.groups,
         "n": args.n,
         "parameters": params,

@@ -2,8 +2,9 @@
 DeepSpeed engine, so it shares the policy's ranks and ZeRO stage but not its optimizer.
 
 V(prompt + completion tokens < t) is read at the positions that predict completion token t
-(forward.completion_states: the prompt runs once per chunk). The head starts at zero, so the
-first values are 0 and the first advantages are the plain discounted returns.
+(forward.completion_states: the prompt runs once per chunk, or once a group where the policy
+shares it: prompt_once.py, through ``trunk``). The head starts at zero, so the first values are 0
+and the first advantages are the plain discounted returns.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from torch import nn
 from services.learner.model import deepspeed_engine, pretrained
 from services.learner.algo import ppo
 from services.learner.model.batch import Batch
-from services.learner.model.forward import completion_states
+from services.learner.model.forward import PromptPass, completion_states
 
 
 class ValueModel(nn.Module):
@@ -29,8 +30,8 @@ class ValueModel(nn.Module):
         nn.init.zeros_(self.head.weight)
         nn.init.zeros_(self.head.bias)
 
-    def forward(self, batch: Batch) -> torch.Tensor:
-        states = completion_states(self.trunk, batch)  # (b, C, H)
+    def forward(self, batch: Batch, prompt: PromptPass | None = None) -> torch.Tensor:
+        states = completion_states(self.trunk, batch, prompt)  # (b, C, H)
         return self.head(states.float()).squeeze(-1)  # (b, C)
 
 
@@ -44,23 +45,32 @@ class Critic:
         self.engine = deepspeed_engine.build_engine(model, value_train, zero_stage)
         self.clip = train.ppo.value_clip
 
-    def values(self, chunk: Batch) -> torch.Tensor:
-        """(b, C) values under the current critic (with autograd when enabled)."""
-        return self.engine(chunk)
+    @property
+    def trunk(self) -> nn.Module:
+        """The value model's trunk, whose prompt pass a group's chunks may share."""
+        return self.engine.module.trunk
 
-    def loss(self, chunk: Batch) -> tuple[torch.Tensor, dict[str, float]]:
+    def values(self, chunk: Batch, prompt: PromptPass | None = None) -> torch.Tensor:
+        """(b, C) values under the current critic (with autograd when enabled); ``prompt``: the
+        chunk's group's prompt already run through ``trunk``, else the chunk runs it."""
+        return self.engine(chunk, prompt)
+
+    def loss(
+        self, chunk: Batch, prompt: PromptPass | None = None
+    ) -> tuple[torch.Tensor, dict[str, float]]:
         """The clipped value loss of ``chunk`` (token mean) and its statistics."""
         self.engine.train()
-        values = self.values(chunk)  # (b, C)
+        values = self.values(chunk, prompt)  # (b, C)
         loss, stats = ppo.value_loss(
             values, chunk.old_values, chunk.returns, chunk.loss_mask, self.clip
         )
         return loss, {"value_loss": float(loss.detach()), **stats}
 
-    def backward(self, loss: torch.Tensor, scale: float, last: bool) -> None:
-        """Accumulate ``loss × scale``; the critic's optimizer steps at the boundary (``last``)."""
+    def backward(self, loss: torch.Tensor, scale: float, last: bool, surrogate=0.0) -> None:
+        """Accumulate ``loss × scale`` (plus a shared prompt's ``surrogate``, unscaled:
+        prompt_once.py); the critic's optimizer steps at the boundary (``last``)."""
         self.engine.set_gradient_accumulation_boundary(last)
-        self.engine.backward(loss * scale)
+        self.engine.backward(loss * scale + surrogate)
         self.engine.step()
 
     def save_checkpoint(self, directory: str, tag: str) -> None:

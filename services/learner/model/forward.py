@@ -40,6 +40,11 @@ def logits_of(output) -> torch.Tensor:
     return output.logits
 
 
+def hidden_of(output) -> torch.Tensor:
+    """The critic's read of its trunk's output: (rows, positions, H) last hidden states."""
+    return output.last_hidden_state
+
+
 def prompt_pass(model, prompt_ids: torch.Tensor, read, cache: bool = True) -> PromptPass:
     """``prompt_ids`` (P,) through ``model`` as one row; its keys and values only with ``cache``
     (a chunk of one-token completions reads none)."""
@@ -56,10 +61,10 @@ def completion_logits(model, batch: Batch, prompt: PromptPass | None = None) -> 
     return completion_outputs(model, batch, logits_of, prompt).float()
 
 
-def completion_states(trunk, batch: Batch) -> torch.Tensor:
+def completion_states(trunk, batch: Batch, prompt: PromptPass | None = None) -> torch.Tensor:
     """(b, C, H) last hidden states of a model trunk (no LM head; the critic's) at the same
     positions: the state from which completion token t is predicted."""
-    return completion_outputs(trunk, batch, lambda out: out.last_hidden_state)
+    return completion_outputs(trunk, batch, hidden_of, prompt)
 
 
 def completion_outputs(model, batch: Batch, read, prompt: PromptPass | None = None) -> torch.Tensor:

@@ -22,7 +22,8 @@ from services.learner.algo import ppo
 from services.learner.algo.advantages import AdvantageInputs, ChunkTokens
 from services.learner.algo.kl_control import KLController
 from services.learner.algo.lr_schedule import lr_factor
-from services.learner.model import deepspeed_engine, pretrained
+from services.learner.model import deepspeed_engine, forward, pretrained
+from services.learner.model.autocast import autocast_enabled
 from services.learner.model.batch import (
     at_least_two_positions,
     build_batches,
@@ -36,28 +37,6 @@ from services.learner.model.prompt_once import GroupPrompts, prompt_positions
 from services.learner.publish import export_final
 
 log = logging.getLogger(__name__)
-
-
-def autocast_enabled(setting: str, device: torch.device) -> bool:
-    """Whether the forward runs under bf16 autocast (TrainConfig.autocast: 'auto' is bf16 on
-    CUDA only, 'native' on CUDA and on a CPU with native bf16). bf16 on a CPU without native bf16
-    instructions is emulated: it runs, slowly."""
-    if setting == "native":
-        return device.type == "cuda" or (device.type == "cpu" and cpu_has_native_bf16())
-    on = setting == "bf16" or (setting == "auto" and device.type == "cuda")
-    if on and device.type == "cpu" and not cpu_has_native_bf16():
-        log.warning(
-            "train.autocast bf16 on a CPU without native bf16 (AVX512-BF16 or AMX): the "
-            "forward is emulated and slower than fp32"
-        )
-    return on
-
-
-def cpu_has_native_bf16() -> bool:
-    """Whether this CPU multiplies bf16 natively (AVX512-BF16 or AMX tiles). oneDNN's own check
-    also accepts plain AVX512, where a bf16 forward is converted and 2.3x slower than fp32."""
-    checks = ("_is_avx512_bf16_supported", "_is_amx_tile_supported")
-    return any(getattr(torch.cpu, name, lambda: False)() for name in checks)
 
 
 class PhaseClock:
@@ -160,6 +139,8 @@ class Policy:
         clock.lap("batch")
         max_tokens = max_tokens_of(groups)
         self.engine.train()
+        if self.critic is not None:  # before the critic's prompt passes (its loss sets it too)
+            self.critic.engine.train()
         for part in parts:  # one optimizer step each
             sums["learner/lr"] += self._set_step_lr() / len(parts)
             out = self._optimizer_step([chunks[i] for i in part], step_train, max_tokens, clock)
@@ -203,7 +184,9 @@ class Policy:
         # A KL in the reward of a token-level estimator is in its advantages already.
         ref = None if self._kl_in_token_advantages(step_train) else self.ref_model
         sums: Counter = Counter()
-        prompts = GroupPrompts([chunks[i].group_index for i, _ in share], self._prompt_once())
+        owners = [chunks[i].group_index for i, _ in share]
+        prompts = GroupPrompts(owners, self._prompt_once())
+        values = GroupPrompts(owners, self._prompt_once(), forward.hidden_of)  # the critic's
         for j, (i, scale) in enumerate(share):
             self.before_chunk()
             chunk = at_least_two_positions(chunks[i], self.pad_id) if same_calls else chunks[i]
@@ -211,15 +194,14 @@ class Policy:
             with self._forward_context():
                 prompt = prompts.prompt_for(j, self.engine, chunk)
                 kl_ref = ref if step_train.kl_coef > 0 else None  # policy_loss runs it then
-                ref_prompt = prompts.reference_for(j, kl_ref, chunk)
+                ref_prompt = prompts.no_grad_for(j, kl_ref, chunk)
                 loss, stats = policy_loss(self.engine, chunk, step_train, ref, prompt, ref_prompt)
                 if self.critic is not None:
-                    value_loss, value_stats = self.critic.loss(chunk)
+                    value_prompt = values.prompt_for(j, self.critic.trunk, chunk)
+                    value_loss, value_stats = self.critic.loss(chunk, value_prompt)
                     stats.update(value_stats)
             clock.lap("forward")  # log-probs under the current (and reference) weights, loss
-            finite = torch.isfinite(loss) & (
-                torch.isfinite(value_loss) if self.critic is not None else True
-            )
+            finite = torch.isfinite(loss) & (self.critic is None or torch.isfinite(value_loss))
             if not deepspeed_engine.on_every_rank(bool(finite)):
                 return "loss"
             weight = chunk.tokens / denominator  # chunk loss is its token mean
@@ -228,7 +210,9 @@ class Policy:
             self.engine.backward(loss * (weight * scale) + prompts.surrogate(j, chunk.group_index))
             prompts.collect(j, chunk.group_index)
             if self.critic is not None:  # the value loss: a token mean over ``chunks`` too
-                self.critic.backward(value_loss, chunk.tokens / tokens * scale, last)
+                carried = values.surrogate(j, chunk.group_index)
+                self.critic.backward(value_loss, chunk.tokens / tokens * scale, last, carried)
+                values.collect(j, chunk.group_index)
             clock.lap("backward")
             if last:
                 sums["learner/grad_norm"] = deepspeed_engine.grad_norm(self.engine)
@@ -276,7 +260,13 @@ class Policy:
         chunks = build_batches(groups, zeros, self.pad_id, micro)
         if self.world > 1 and self.engine.zero_optimization_stage() == 3:
             chunks = [at_least_two_positions(c, self.pad_id) for c in chunks]
-        tokens = [self._chunk_tokens(c, step_train, kl_coef > 0) for c in chunks]
+        # one prompt pass a group for each model read: the critic's trunk, the policy, the reference
+        reads = (forward.hidden_of, forward.logits_of, forward.logits_of)
+        owners = [c.group_index for c in chunks]
+        shared = [GroupPrompts(owners, self._prompt_once(), read) for read in reads]
+        tokens = [
+            self._chunk_tokens(j, c, step_train, kl_coef > 0, shared) for j, c in enumerate(chunks)
+        ]
         computed = advantages.compute(dataclasses.replace(inputs, chunks=tokens))
         critic = computed.returns is not None
         chunks = [
@@ -291,18 +281,21 @@ class Policy:
         return chunks, computed
 
     @torch.no_grad()
-    def _chunk_tokens(self, chunk, step_train, with_kl: bool) -> ChunkTokens:
-        """What the token-level estimators read of a chunk: its mask and weights, the critic's
-        values (ppo) and the per-token KL to the reference (the KL in the reward)."""
+    def _chunk_tokens(self, j: int, chunk, step_train, with_kl: bool, shared) -> ChunkTokens:
+        """What the token-level estimators read of the ``j``-th chunk: its mask and weights, the
+        critic's values (ppo) and the per-token KL to the reference (the KL in the reward);
+        ``shared``: the critic's, the policy's and the reference's prompt passes a group."""
         on = chunk.to(self.device)
         values = kl = None
+        critic, policy, ref = shared
         with self._forward_context():
             if self.critic is not None:
                 self.critic.engine.eval()
-                values = self.critic.values(on)  # (b, C)
+                values = self.critic.values(on, critic.no_grad_for(j, self.critic.trunk, on))
             if with_kl:
-                logp, _ = token_logprobs(self.engine, on)
-                ref_logp, _ = token_logprobs(self.ref_model, on)
+                logp, _ = token_logprobs(self.engine, on, policy.no_grad_for(j, self.engine, on))
+                ref_prompt = ref.no_grad_for(j, self.ref_model, on)
+                ref_logp, _ = token_logprobs(self.ref_model, on, ref_prompt)
                 kl = kl_estimate(logp.float(), ref_logp.float(), step_train.kl_estimator)
         return ChunkTokens(
             chunk.group_index, chunk.path_index, on.loss_mask, chunk.weight, values, kl

@@ -15,10 +15,13 @@ paths × 128 tokens is a third of every chunk's positions. Here the prompt runs 
   backward then carries the whole group's gradient through the prompt, and the update's backward
   calls stay one per chunk (DeepSpeed's gradient accumulation and reductions see no extra call).
 
-The reference model (``train.kl_coef`` > 0) runs the prompt once a group too, without
-gradients (``reference_for``). A group with one chunk in the step runs as before (its chunk
-makes its own prompt pass). The weights do not change within an optimizer step, so every chunk
-of a group reads the same prompt it would have computed.
+A model read without gradients — the reference model (``train.kl_coef`` > 0), and before the
+update the critic's values and the log-probs the token-level estimators read — runs the prompt
+once a group too (``no_grad_for``). PPO's critic shares its prompt in training as the policy
+does, through a second ``GroupPrompts`` that reads its trunk's hidden states (``read``). A
+group with one chunk in the step runs as before (its chunk makes its own prompt pass). The
+weights do not change within an optimizer step, so every chunk of a group reads the same prompt
+it would have computed.
 
 At ZeRO stages 0 and 1 only (Policy decides): ZeRO-2 counts the parameters' gradient hooks in
 each backward to know when to reduce, and a backward that also runs through a forward made for
@@ -40,16 +43,17 @@ from services.learner.model.forward import PromptPass
 
 class GroupPrompts:
     """The prompt passes of one optimizer step's chunks, run in the order ``groups`` gives (each
-    chunk's group index)."""
+    chunk's group index); ``read`` takes what a chunk reads of the model's output (the policy's
+    logits, or the critic trunk's hidden states: forward.hidden_of)."""
 
-    def __init__(self, groups: list[int], enabled: bool = True):
-        self.enabled = enabled
+    def __init__(self, groups: list[int], enabled: bool = True, read=forward.logits_of):
+        self.enabled, self.read = enabled, read
         self._chunks = Counter(groups)  # chunks of each group in this step
         self._last = {g: j for j, g in enumerate(groups)}  # the group's last chunk's place
         self._attached: dict[int, PromptPass] = {}
         self._leaves: dict[int, PromptPass] = {}
         self._summed: dict[int, list[torch.Tensor | None]] = {}
-        self._reference: dict[int, PromptPass] = {}  # the reference model's, without gradients
+        self._frozen: dict[int, PromptPass] = {}  # passes without gradients (no_grad_for)
 
     def shared(self, group: int) -> bool:
         """Whether ``group``'s chunks share one prompt pass."""
@@ -63,7 +67,7 @@ class GroupPrompts:
         if not self.shared(group):
             return None
         if group not in self._attached:
-            attached = forward.prompt_pass(model, chunk.prompt_ids, forward.logits_of)
+            attached = forward.prompt_pass(model, chunk.prompt_ids, self.read)
             self._attached[group] = attached
             self._leaves[group] = PromptPass(
                 _leaf(attached.first), [(_leaf(k), _leaf(v)) for k, v in attached.layers]
@@ -71,19 +75,17 @@ class GroupPrompts:
             self._summed[group] = [None] * len(attached.tensors())
         return self._attached[group] if j == self._last[group] else self._leaves[group]
 
-    def reference_for(self, j: int, ref_model, chunk: Batch) -> PromptPass | None:
-        """The reference model's prompt pass for the ``j``-th chunk (no gradients: one pass a
-        group, released at its last chunk); None where there is no reference model or the
-        chunk runs its own."""
+    def no_grad_for(self, j: int, model, chunk: Batch) -> PromptPass | None:
+        """``model``'s prompt pass for the ``j``-th chunk, without gradients (the reference
+        model's; one pass a group, released at its last chunk); None where there is no model or
+        the chunk runs its own."""
         group = chunk.group_index
-        if ref_model is None or not self.shared(group):
+        if model is None or not self.shared(group):
             return None
-        if group not in self._reference:
+        if group not in self._frozen:
             with torch.no_grad():
-                self._reference[group] = forward.prompt_pass(
-                    ref_model, chunk.prompt_ids, forward.logits_of
-                )
-        return self._reference.pop(group) if j == self._last[group] else self._reference[group]
+                self._frozen[group] = forward.prompt_pass(model, chunk.prompt_ids, self.read)
+        return self._frozen.pop(group) if j == self._last[group] else self._frozen[group]
 
     def collect(self, j: int, group: int) -> None:
         """After the ``j``-th chunk's backward: its gradient at the leaves, summed in float32."""

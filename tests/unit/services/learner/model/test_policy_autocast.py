@@ -11,7 +11,8 @@ from pydantic import ValidationError
 
 from brorl.config.train import TrainConfig
 from services.learner.model.batch import advantages_of, build_batches
-from services.learner.model.policy import Policy, autocast_enabled
+from services.learner.model.autocast import autocast_enabled
+from services.learner.model.policy import Policy
 from tests.unit.services.learner.model.test_policy_cuda import (
     assert_within_bf16,
     loss_and_grads,
@@ -39,9 +40,9 @@ def test_the_setting_resolves_per_device(setting, device, on):
 def test_native_takes_bf16_only_where_the_cpu_has_it(monkeypatch, caplog, native):
     """'native' (the long shape's): bf16 on CUDA and on a CPU with AVX512-BF16 or AMX, fp32 on
     any other CPU, and no emulation warning either way."""
-    from services.learner.model import policy
+    from services.learner.model import autocast
 
-    monkeypatch.setattr(policy, "cpu_has_native_bf16", lambda: native)
+    monkeypatch.setattr(autocast, "cpu_has_native_bf16", lambda: native)
     assert autocast_enabled("native", torch.device("cpu")) is native
     assert autocast_enabled("native", torch.device("cuda")) is True
     assert caplog.text == ""
@@ -89,13 +90,13 @@ def test_a_policy_update_runs_its_forward_in_the_chosen_dtype(tmp_path, setting,
 
 
 def test_bf16_on_a_cpu_without_native_bf16_warns(monkeypatch, caplog):
-    from services.learner.model import policy
+    from services.learner.model import autocast
 
-    monkeypatch.setattr(policy, "cpu_has_native_bf16", lambda: False)
+    monkeypatch.setattr(autocast, "cpu_has_native_bf16", lambda: False)
     assert autocast_enabled("bf16", torch.device("cpu"))
     assert "without native bf16" in caplog.text
     caplog.clear()
-    monkeypatch.setattr(policy, "cpu_has_native_bf16", lambda: True)
+    monkeypatch.setattr(autocast, "cpu_has_native_bf16", lambda: True)
     assert autocast_enabled("bf16", torch.device("cpu"))
     assert autocast_enabled("auto", torch.device("cpu")) is False
     assert caplog.text == ""

@@ -1,6 +1,7 @@
 """A group's prompt run once per optimizer step for all of its chunks (prompt_once.py): the same
 losses and gradients as a prompt pass per chunk, in any order of the chunks, for groups of one
-chunk, one-token completions, every attention the learner runs and a whole Policy update."""
+chunk, one-token completions, every attention the learner runs, PPO's critic (its values and its
+value loss's gradients) and a whole Policy update, with and without a critic."""
 
 from __future__ import annotations
 
@@ -11,7 +12,9 @@ import torch
 
 from brorl.config.train import TrainConfig
 from brorl.v1 import common_pb2
+from services.learner.model import forward
 from services.learner.model.batch import advantages_of, build_batches
+from services.learner.model.critic import ValueModel
 from services.learner.model.losses import policy_loss
 from services.learner.model.prefix_attention import ATTENTION
 from services.learner.model.prompt_once import GroupPrompts, prompt_positions
@@ -44,7 +47,7 @@ def gradients(
     for j, i in enumerate(order):
         chunk = chunks[i]
         prompt = prompts.prompt_for(j, model, chunk)
-        ref_prompt = prompts.reference_for(j, ref, chunk)
+        ref_prompt = prompts.no_grad_for(j, ref, chunk)
         loss, _ = policy_loss(model, chunk, train or TrainConfig(), ref, prompt, ref_prompt)
         (loss * chunk.tokens + prompts.surrogate(j, chunk.group_index)).backward()
         prompts.collect(j, chunk.group_index)
@@ -132,8 +135,87 @@ def test_a_policy_update_with_a_shared_prompt_moves_the_weights_as_without(tmp_p
         stats = policy.update(groups)
         moved.append(torch.cat([p.detach().flatten() for p in policy.model.parameters()]))
         positions.append(stats["learner/positions"])
-    assert torch.allclose(moved[0], moved[1], rtol=1e-5, atol=1e-6)
+    # Adam's first step is about lr x sign(gradient) per weight, so a gradient summed in another
+    # order moves a weight whose gradient nearly cancels by up to ~1e-6 (seen on an Ice Lake VM):
+    # 1e-5 is a thousandth of a step of lr 1e-2; a missing share of the prompt's gradient moves
+    # weights by up to a whole step
+    assert torch.allclose(moved[0], moved[1], rtol=1e-5, atol=1e-5)
     chunks = build_batches(groups, advantages_of(groups, True), pad_id=0, max_paths=2)
     extra = sum(len(g.prompt_token_ids) * (sum(c.group_index == i for c in chunks) - 1)
                 for i, g in enumerate(groups))  # fmt: skip
     assert extra > 0 and positions[1] - positions[0] == extra
+
+
+def critic_gradients(
+    critic, chunks, order, shared: bool
+) -> tuple[list[torch.Tensor], torch.Tensor]:
+    """The critic's values of each chunk without gradients (as the token-level estimators read
+    them first), then the gradient of Σ ⟨values, a fixed weight⟩ chunk by chunk in ``order``."""
+    read = forward.hidden_of
+    frozen = GroupPrompts([chunks[i].group_index for i in order], shared, read)
+    with torch.no_grad():
+        first = [
+            critic(chunks[i], frozen.no_grad_for(j, critic.trunk, chunks[i]))
+            for j, i in enumerate(order)
+        ]
+    critic.zero_grad(set_to_none=True)
+    prompts = GroupPrompts([chunks[i].group_index for i in order], shared, read)
+    for j, i in enumerate(order):
+        chunk = chunks[i]
+        values = critic(chunk, prompts.prompt_for(j, critic.trunk, chunk))  # (b, C)
+        weight = torch.linspace(-1.0, 2.0, values.numel()).reshape(values.shape)
+        ((values * weight).sum() + prompts.surrogate(j, chunk.group_index)).backward()
+        prompts.collect(j, chunk.group_index)
+    flat = torch.cat([p.grad.flatten() for p in critic.parameters() if p.grad is not None])
+    return first, flat
+
+
+@pytest.mark.parametrize("shuffled", [False, True])
+def test_the_critic_shares_a_groups_prompt_with_the_same_values_and_gradients(shuffled):
+    trunk = tiny_qwen2(attention=ATTENTION).model
+    critic = ValueModel(trunk, trunk.config.hidden_size)
+    torch.nn.init.normal_(critic.head.weight, std=0.5)  # a zero head would pass no gradient back
+    groups = irregular_groups() + [one_token_group()]
+    chunks = build_batches(groups, advantages_of(groups, True), pad_id=0, max_paths=2)
+    order = list(range(len(chunks)))
+    if shuffled:
+        random.Random(3).shuffle(order)
+    want_values, want = critic_gradients(critic, chunks, order, shared=False)
+    got_values, got = critic_gradients(critic, chunks, order, shared=True)
+    for a, b in zip(got_values, want_values):
+        assert torch.allclose(a, b, rtol=1e-5, atol=1e-6)
+    assert torch.allclose(got, want, rtol=1e-4, atol=1e-6), float((got - want).abs().max())
+
+
+@pytest.mark.slow
+def test_a_ppo_update_with_shared_prompts_moves_policy_and_critic_as_without(tmp_path):
+    """PPO with the KL in the reward reads all three models before the update (critic values,
+    the policy's and the reference's log-probs) and trains policy and critic over 2 epochs x 2
+    mini-batches: with the prompt shared, every weight moves as with a prompt per chunk, and the
+    critic's trunk runs fewer forwards."""
+    from services.learner.model.policy import Policy
+
+    tiny_qwen2().save_pretrained(tmp_path)
+    groups = irregular_groups(seed=2)
+    moved, calls = [], []
+    for once in (True, False):
+        train = TrainConfig(
+            lr=1e-2,
+            micro_batch_paths=2,
+            prompt_once=once,
+            estimator="ppo",
+            kl_coef=0.1,
+            kl_in="reward",
+            ppo={"epochs": 2, "minibatches": 2, "value_lr": 1e-2},
+        )
+        policy = Policy(str(tmp_path), train)
+        torch.nn.init.normal_(policy.critic.engine.module.head.weight, std=0.5)
+        count = []
+        policy.critic.trunk.register_forward_hook(lambda *_: count.append(1))
+        policy.update(groups)
+        calls.append(len(count))
+        models = (policy.model, policy.critic.engine.module)
+        moved.append([torch.cat([p.detach().flatten() for p in m.parameters()]) for m in models])
+    for got, want in zip(*moved):
+        assert torch.allclose(got, want, rtol=1e-5, atol=1e-5), float((got - want).abs().max())
+    assert calls[0] < calls[1], calls
