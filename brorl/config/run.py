@@ -285,6 +285,16 @@ class RunConfig(StrictModel):
             )
         return self
 
+    @model_validator(mode="after")
+    def _keep_paths_below_the_width(self):
+        keep, widest = self.train.keep_paths, self.sampling.widest
+        if keep >= widest:  # 0 (every path) is below any width
+            raise ValueError(
+                f"train.keep_paths = {keep} keeps every path of this run's groups (at most "
+                f"{widest}: sampling.n / budget.n_max): set it below that, or 0 for every path"
+            )
+        return self
+
 
 def parse_run_config(text: str) -> RunConfig:
     return validate(RunConfig, parse_text(text, source="config_yaml"))

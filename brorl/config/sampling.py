@@ -154,6 +154,11 @@ class SamplingConfig(StrictModel):
             )
         return t
 
+    @property
+    def widest(self) -> int:
+        """The most paths a group of the run takes: sampling.n, or the adaptive budget's n_max."""
+        return max(self.n, getattr(self.budget, "n_max", 0))
+
     def temperature_at(self, step: int) -> float:
         """The sampling temperature of prompt jobs enqueued at learner ``step``."""
         if self.temperature_schedule is None:

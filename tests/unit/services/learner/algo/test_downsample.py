@@ -127,3 +127,24 @@ def test_the_config_refuses_a_group_of_one_and_unknown_rules():
         TrainConfig(keep_paths=4, keep_rule="top")
     with pytest.raises(ValidationError):
         TrainConfig(keep_paths=-1)
+
+
+def run_config(sampling: dict, keep: int):
+    from brorl.config.run import RunConfig
+
+    train = {"groups_per_step": 2, "keep_paths": keep}
+    base = {"model": "/m", "data": {"train_path": "/d.jsonl"}, "train": train}
+    return RunConfig.model_validate({**base, "sampling": sampling})
+
+
+def test_a_run_refuses_a_keep_that_keeps_every_path():
+    """keep_paths at or over the widest group would silently train on every path."""
+    assert run_config({"n": 8}, 4).train.keep_paths == 4
+    for keep in (8, 12):
+        with pytest.raises(ValidationError, match=f"train.keep_paths = {keep} keeps every path"):
+            run_config({"n": 8}, keep)
+    # an adaptive budget widens some groups past sampling.n: a keep below its n_max cuts those
+    adaptive = {"n": 8, "budget": {"kind": "adaptive", "total": 16, "n_min": 2, "n_max": 14}}
+    assert run_config(adaptive, 12).train.keep_paths == 12
+    with pytest.raises(ValidationError, match="at most 14"):
+        run_config(adaptive, 14)
